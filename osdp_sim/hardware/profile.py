@@ -1,0 +1,90 @@
+"""A hardware profile as data: devices, compute rates, collective costs, overlap, memory overheads.
+
+Units are in the names. Bandwidths are bytes/s inside the code; YAML files give GB/s (10^9 B/s,
+as nccl-tests reports busbw) under keys ending in `_gbps`.
+"""
+
+from dataclasses import dataclass, field, replace
+
+COLLECTIVE_OPS = ("all_gather", "reduce_scatter", "all_reduce")
+DTYPES = ("fp32", "bf16", "fp16")
+SCOPES = ("intra", "inter")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    kind: str                     # cuda | cpu
+    name: str
+    count: int                    # devices in the whole system
+    per_node: int
+    memory_bytes: int             # capacity of one device
+    usable_memory_bytes: int      # after the runtime context (CUDA context, NCCL buffers)
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.count // self.per_node)
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    peak_flops: dict[str, float]                                  # dtype -> FLOP/s
+    gemm_efficiency: dict[str, tuple[tuple[float, float], ...]]   # dtype -> ((GEMM GFLOP, fraction of peak), ...)
+    memory_bandwidth_bytes_per_s: float
+    bandwidth_efficiency: float   # achieved fraction of memory bandwidth for elementwise work
+    backward_forward_ratio: float # backward compute time / forward compute time
+    kernel_launch_s: float        # fixed cost per kernel
+    efficiency_scale: float = 1.0 # calibrated multiplier on the GEMM efficiency curve
+
+
+@dataclass(frozen=True)
+class CollectiveTable:
+    """Measured bus bandwidth of one collective at one group size over message sizes.
+    Message size is the full (unsharded) buffer S, as nccl-tests reports it."""
+
+    op: str
+    group_size: int
+    scope: str                              # intra | inter (the group spans nodes)
+    sizes_bytes: tuple[int, ...]
+    busbw_bytes_per_s: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """Alpha-beta fallback for a scope: t = latency + factor * S / busbw."""
+
+    latency_s: float
+    busbw_bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    intra: LinkSpec
+    inter: LinkSpec | None
+    launch_s: float                                   # fixed cost per collective call
+    tables: tuple[CollectiveTable, ...] = ()
+    efficiency: dict[str, float] = field(default_factory=lambda: {op: 1.0 for op in COLLECTIVE_OPS})
+    extra_latency_s: dict[str, float] = field(default_factory=lambda: {op: 0.0 for op in COLLECTIVE_OPS})
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    context_bytes: int            # per-process memory outside the tensors the framework tracks
+    fragmentation: float          # allocator margin as a fraction of the live tensor peak
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    name: str
+    description: str
+    device: DeviceSpec
+    compute: ComputeSpec
+    collectives: CollectiveSpec
+    overlap_slowdown: float       # >= 1: both streams run this much slower while they overlap
+    memory: MemorySpec
+    source: str = ""              # the file it was loaded from
+    provenance: dict = field(default_factory=dict)   # how it was measured / what it was fitted on
+
+    def with_devices(self, count: int) -> "HardwareProfile":
+        """The same hardware with fewer (or more) devices of the same node shape."""
+        return replace(self, device=replace(self.device, count=count,
+                                            per_node=min(self.device.per_node, count)))
