@@ -1,0 +1,377 @@
+"""Read a hardware profile (YAML schema osdp-sim/hardware, version 1) into a HardwareProfile.
+
+Every value is checked; a mistake is a UserError naming the file, the key path
+(e.g. `collectives.tables[2].busbw_gbps`) and what is expected. docs/hardware-profiles.md
+documents the schema key by key.
+"""
+
+import math
+from pathlib import Path
+
+import yaml
+
+import osdp_sim
+from osdp_sim.errors import UserError
+from osdp_sim.hardware.profile import (COLLECTIVE_OPS, DTYPES, SCOPES, CollectiveSpec,
+                                       CollectiveTable, ComputeSpec, DeviceSpec, HardwareProfile,
+                                       LinkSpec, MemorySpec)
+
+SCHEMA = "osdp-sim/hardware"
+VERSION = 1
+DEVICE_KINDS = ("cuda", "cpu")
+REQUIRED_DTYPES = ("fp32", "bf16")
+
+GiB = 2**30
+MiB = 2**20
+GBPS = 1e9        # GB/s -> bytes/s
+TFLOPS = 1e12     # TFLOP/s -> FLOP/s
+US = 1e-6         # microseconds -> seconds
+
+# Upper bounds far above any real device: values beyond them are almost always a unit slip
+# (bytes/s written under a *_gbps key, FLOP/s under *_tflops).
+_MAX_GIB = 65536.0
+_MAX_TFLOPS = 1e6
+_MAX_GBPS = 1e6
+_MAX_US = 1e7
+
+
+def shipped_profiles() -> list[Path]:
+    """The profiles shipped in the repository's hwprofiles/ folder, sorted by name."""
+    folder = _repo_profile_dir()
+    return sorted(folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def available_profiles() -> list[Path]:
+    """Profiles a bare name can resolve to: ./hwprofiles/ first (it wins on a name clash),
+    then the shipped ones."""
+    seen: dict[str, Path] = {}
+    for folder in _search_dirs():
+        for path in sorted(folder.glob("*.yaml")):
+            seen.setdefault(path.stem, path)
+    return sorted(seen.values(), key=lambda p: p.stem)
+
+
+def resolve_profile_path(arg: str | Path) -> Path:
+    """A path to an existing file, or a bare name looked up in ./hwprofiles/ and the shipped folder."""
+    path = Path(arg)
+    if path.is_file():
+        return path
+    text = str(arg)
+    is_bare_name = path.name == text and path.suffix not in (".yaml", ".yml")
+    if is_bare_name:
+        for folder in _search_dirs():
+            for suffix in (".yaml", ".yml"):
+                candidate = folder / f"{text}{suffix}"
+                if candidate.is_file():
+                    return candidate
+    names = ", ".join(p.stem for p in available_profiles()) or "none found"
+    what = "no hardware profile of that name" if is_bare_name else "file not found"
+    raise UserError(f"{what}; give a YAML file or a profile name ({names})", source=text)
+
+
+def load_profile(arg: str | Path) -> HardwareProfile:
+    """Load a profile from a YAML file path or a bare name such as `titan8`."""
+    path = resolve_profile_path(arg)
+    src = str(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"cannot read the file ({e.strerror})", source=src) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise UserError(f"not valid YAML{where} ({problem})", source=src) from None
+    return profile_from_dict(data, src)
+
+
+def profile_from_dict(data, source: str = "<profile>") -> HardwareProfile:
+    """Validate a parsed profile mapping and convert it to SI units (bytes, bytes/s, FLOP/s, s)."""
+    r = _Reader(source)
+    top = r.mapping(data, "", required=("schema", "version", "name", "device", "compute",
+                                        "collectives", "overlap", "memory"),
+                    optional=("description", "provenance"))
+    if top["schema"] != SCHEMA:
+        r.fail("schema", f"expected {SCHEMA!r}, got {top['schema']!r}; is this an osdp-sim hardware profile?")
+    if isinstance(top["version"], bool) or top["version"] != VERSION:
+        r.fail("version", f"unsupported version {top['version']!r}; this osdp-sim reads version {VERSION}")
+    name = r.text(top["name"], "name")
+    description = r.text(top.get("description", ""), "description", allow_empty=True)
+    device = _device(r, top["device"])
+    compute = _compute(r, top["compute"])
+    collectives = _collectives(r, top["collectives"], device)
+    overlap = r.mapping(top["overlap"], "overlap", required=("slowdown",))
+    slowdown = r.number(overlap["slowdown"], "overlap.slowdown", lo=1.0,
+                        hint="1 means perfect overlap; measured values are 1.1-1.4")
+    memory = _memory(r, top["memory"])
+    provenance = top.get("provenance", {})
+    if provenance is None:
+        provenance = {}
+    if not isinstance(provenance, dict):
+        r.fail("provenance", f"expected a mapping (how it was measured), got {_show(provenance)}")
+    return HardwareProfile(name=name, description=description, device=device, compute=compute,
+                           collectives=collectives, overlap_slowdown=slowdown, memory=memory,
+                           source=source, provenance=provenance)
+
+
+def _device(r: "_Reader", value) -> DeviceSpec:
+    d = r.mapping(value, "device", required=("kind", "name", "count", "per_node", "memory_gib",
+                                             "usable_memory_gib"))
+    kind = d["kind"]
+    if kind not in DEVICE_KINDS:
+        r.fail("device.kind", f"expected one of {', '.join(DEVICE_KINDS)}, got {_show(kind)}")
+    name = r.text(d["name"], "device.name")
+    count = r.integer(d["count"], "device.count", lo=1)
+    per_node = r.integer(d["per_node"], "device.per_node", lo=1)
+    if per_node > count or count % per_node:
+        r.fail("device.per_node", f"device.count ({count}) must be a multiple of per_node "
+               f"({per_node}); use per_node = count for one node")
+    memory_gib = r.number(d["memory_gib"], "device.memory_gib", lo=0.0, lo_open=True, hi=_MAX_GIB,
+                          unit="GiB")
+    usable_gib = r.number(d["usable_memory_gib"], "device.usable_memory_gib", lo=0.0, lo_open=True,
+                          hi=_MAX_GIB, unit="GiB")
+    if usable_gib > memory_gib:
+        r.fail("device.usable_memory_gib", f"usable memory ({usable_gib} GiB) exceeds the device's "
+               f"capacity memory_gib ({memory_gib} GiB)")
+    return DeviceSpec(kind=kind, name=name, count=count, per_node=per_node,
+                      memory_bytes=int(round(memory_gib * GiB)),
+                      usable_memory_bytes=int(round(usable_gib * GiB)))
+
+
+def _compute(r: "_Reader", value) -> ComputeSpec:
+    c = r.mapping(value, "compute", required=("peak_tflops", "gemm_efficiency", "memory_bandwidth_gbps",
+                                              "bandwidth_efficiency", "backward_forward_ratio",
+                                              "kernel_launch_us"),
+                  optional=("efficiency_scale",))
+    peak = r.mapping(c["peak_tflops"], "compute.peak_tflops", required=REQUIRED_DTYPES,
+                     optional=tuple(d for d in DTYPES if d not in REQUIRED_DTYPES))
+    peak_flops = {dt: r.number(v, f"compute.peak_tflops.{dt}", lo=0.0, lo_open=True, hi=_MAX_TFLOPS,
+                               unit="TFLOP/s") * TFLOPS for dt, v in peak.items()}
+    eff = r.mapping(c["gemm_efficiency"], "compute.gemm_efficiency", required=REQUIRED_DTYPES,
+                    optional=tuple(d for d in DTYPES if d not in REQUIRED_DTYPES))
+    curves = {}
+    for dt, curve in eff.items():
+        path = f"compute.gemm_efficiency.{dt}"
+        if dt not in peak:
+            r.fail(path, f"an efficiency curve for {dt} needs compute.peak_tflops.{dt} too")
+        curves[dt] = _efficiency_curve(r, curve, path)
+    return ComputeSpec(
+        peak_flops=peak_flops, gemm_efficiency=curves,
+        memory_bandwidth_bytes_per_s=r.number(c["memory_bandwidth_gbps"], "compute.memory_bandwidth_gbps",
+                                              lo=0.0, lo_open=True, hi=_MAX_GBPS, unit="GB/s") * GBPS,
+        bandwidth_efficiency=r.number(c["bandwidth_efficiency"], "compute.bandwidth_efficiency",
+                                      lo=0.0, lo_open=True, hi=1.0),
+        backward_forward_ratio=r.number(c["backward_forward_ratio"], "compute.backward_forward_ratio",
+                                        lo=0.0, lo_open=True),
+        kernel_launch_s=r.number(c["kernel_launch_us"], "compute.kernel_launch_us", lo=0.0, hi=_MAX_US,
+                                 unit="us") * US,
+        efficiency_scale=r.number(c.get("efficiency_scale", 1.0), "compute.efficiency_scale",
+                                  lo=0.0, lo_open=True))
+
+
+def _efficiency_curve(r: "_Reader", value, path: str) -> tuple[tuple[float, float], ...]:
+    pairs = r.sequence(value, path, hint="[[GEMM GFLOP, fraction of peak], ...]")
+    out: list[tuple[float, float]] = []
+    for i, pair in enumerate(pairs):
+        p = f"{path}[{i}]"
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            r.fail(p, f"expected a pair [GEMM GFLOP, fraction of peak], got {_show(pair)}")
+        gflop = r.number(pair[0], f"{p}[0]", lo=0.0, lo_open=True, unit="GFLOP")
+        frac = r.number(pair[1], f"{p}[1]", lo=0.0, lo_open=True, hi=1.0)
+        if out and gflop <= out[-1][0]:
+            r.fail(f"{p}[0]", f"GEMM sizes must be strictly increasing; {gflop} follows {out[-1][0]}")
+        out.append((gflop, frac))
+    return tuple(out)
+
+
+def _collectives(r: "_Reader", value, device: DeviceSpec) -> CollectiveSpec:
+    c = r.mapping(value, "collectives", required=("launch_us", "intra_node"),
+                  optional=("inter_node", "efficiency", "extra_latency_us", "tables"))
+    multi_node = device.count > device.per_node
+    if multi_node and c.get("inter_node") is None:
+        r.fail("collectives.inter_node", f"required: device.count ({device.count}) spans "
+               f"{device.nodes} nodes of {device.per_node}; give {{latency_us, busbw_gbps}} of the "
+               "network between nodes")
+    inter = _link(r, c["inter_node"], "collectives.inter_node") if c.get("inter_node") is not None else None
+    efficiency = _per_op(r, c.get("efficiency"), "collectives.efficiency", default=1.0, positive=True)
+    extra = _per_op(r, c.get("extra_latency_us"), "collectives.extra_latency_us", default=0.0,
+                    positive=False)
+    tables = c.get("tables")
+    tables = () if tables is None else _tables(r, tables, device)
+    return CollectiveSpec(
+        intra=_link(r, c["intra_node"], "collectives.intra_node"), inter=inter,
+        launch_s=r.number(c["launch_us"], "collectives.launch_us", lo=0.0, hi=_MAX_US, unit="us") * US,
+        tables=tables, efficiency=efficiency,
+        extra_latency_s={op: v * US for op, v in extra.items()})
+
+
+def _link(r: "_Reader", value, path: str) -> LinkSpec:
+    m = r.mapping(value, path, required=("latency_us", "busbw_gbps"))
+    return LinkSpec(
+        latency_s=r.number(m["latency_us"], f"{path}.latency_us", lo=0.0, hi=_MAX_US, unit="us") * US,
+        busbw_bytes_per_s=r.number(m["busbw_gbps"], f"{path}.busbw_gbps", lo=0.0, lo_open=True,
+                                   hi=_MAX_GBPS, unit="GB/s") * GBPS)
+
+
+def _per_op(r: "_Reader", value, path: str, *, default: float, positive: bool) -> dict[str, float]:
+    out = {op: default for op in COLLECTIVE_OPS}
+    if value is None:
+        return out
+    m = r.mapping(value, path, optional=COLLECTIVE_OPS)
+    for op, v in m.items():
+        out[op] = (r.number(v, f"{path}.{op}", lo=0.0, lo_open=True) if positive
+                   else r.number(v, f"{path}.{op}", lo=0.0, hi=_MAX_US, unit="us"))
+    return out
+
+
+def _tables(r: "_Reader", value, device: DeviceSpec) -> tuple[CollectiveTable, ...]:
+    items = r.sequence(value, "collectives.tables", hint="a list of {op, group_size, scope, sizes_bytes, busbw_gbps}")
+    seen: dict[tuple, int] = {}
+    out = []
+    for i, item in enumerate(items):
+        path = f"collectives.tables[{i}]"
+        t = r.mapping(item, path, required=("op", "group_size", "scope", "sizes_bytes", "busbw_gbps"))
+        op = t["op"]
+        if op not in COLLECTIVE_OPS:
+            r.fail(f"{path}.op", f"expected one of {', '.join(COLLECTIVE_OPS)}, got {_show(op)}")
+        scope = t["scope"]
+        if scope not in SCOPES:
+            r.fail(f"{path}.scope", f"expected one of {', '.join(SCOPES)}, got {_show(scope)}")
+        group = r.integer(t["group_size"], f"{path}.group_size", lo=2)
+        if group > device.count:
+            r.fail(f"{path}.group_size", f"group of {group} is larger than device.count ({device.count})")
+        if scope == "intra" and group > device.per_node:
+            r.fail(f"{path}.scope", f"a group of {group} cannot fit in one node of {device.per_node} "
+                   "devices; use scope inter")
+        if scope == "inter" and device.count <= device.per_node:
+            r.fail(f"{path}.scope", f"scope inter needs more than one node, but all {device.count} "
+                   "devices are in one node (device.per_node); use scope intra")
+        key = (op, group, scope)
+        if key in seen:
+            r.fail(path, f"duplicate table for {op}, group_size {group}, scope {scope} "
+                   f"(also collectives.tables[{seen[key]}])")
+        seen[key] = i
+        sizes_raw = r.sequence(t["sizes_bytes"], f"{path}.sizes_bytes", hint="message sizes in bytes",
+                               nonempty=True)
+        sizes = [r.integer(s, f"{path}.sizes_bytes[{j}]", lo=1, unit="bytes") for j, s in enumerate(sizes_raw)]
+        for j in range(1, len(sizes)):
+            if sizes[j] <= sizes[j - 1]:
+                r.fail(f"{path}.sizes_bytes[{j}]", f"sizes must be strictly increasing; {sizes[j]} "
+                       f"follows {sizes[j - 1]}")
+        bw_raw = r.sequence(t["busbw_gbps"], f"{path}.busbw_gbps", hint="bus bandwidths in GB/s",
+                            nonempty=True)
+        if len(bw_raw) != len(sizes):
+            r.fail(f"{path}.busbw_gbps", f"has {len(bw_raw)} values but sizes_bytes has {len(sizes)}; "
+                   "give one bus bandwidth per message size")
+        bw = [r.number(b, f"{path}.busbw_gbps[{j}]", lo=0.0, lo_open=True, hi=_MAX_GBPS, unit="GB/s") * GBPS
+              for j, b in enumerate(bw_raw)]
+        out.append(CollectiveTable(op=op, group_size=group, scope=scope, sizes_bytes=tuple(sizes),
+                                   busbw_bytes_per_s=tuple(bw)))
+    return tuple(out)
+
+
+def _memory(r: "_Reader", value) -> MemorySpec:
+    m = r.mapping(value, "memory", required=("context_mib", "fragmentation"))
+    context_mib = r.number(m["context_mib"], "memory.context_mib", lo=0.0, hi=_MAX_GIB * 1024, unit="MiB")
+    frag = r.number(m["fragmentation"], "memory.fragmentation", lo=0.0, hi=1.0, hi_open=True)
+    return MemorySpec(context_bytes=int(round(context_mib * MiB)), fragmentation=frag)
+
+
+class _Reader:
+    """Type and range checks that raise a UserError naming the file and the key path."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, path: str, message: str):
+        raise UserError(message, source=self.source, field=path or None)
+
+    def mapping(self, value, path: str, *, required=(), optional=()) -> dict:
+        if not isinstance(value, dict):
+            what = (f"a mapping with keys {', '.join(required + optional)}" if path
+                    else "a mapping (an osdp-sim hardware profile)")
+            self.fail(path, f"expected {what}, got {_show(value)}")
+        for key in value:
+            if key not in required and key not in optional:
+                known = ", ".join(required + optional)
+                self.fail(_join(path, str(key)), f"unknown key; expected one of {known}")
+        for key in required:
+            if key not in value:
+                self.fail(_join(path, key), "missing required key")
+        return value
+
+    def sequence(self, value, path: str, *, hint: str, nonempty: bool = False) -> list:
+        if not isinstance(value, list):
+            self.fail(path, f"expected a list ({hint}), got {_show(value)}")
+        if nonempty and not value:
+            self.fail(path, f"expected a non-empty list ({hint})")
+        return value
+
+    def text(self, value, path: str, *, allow_empty: bool = False) -> str:
+        if not isinstance(value, str) or (not allow_empty and not value.strip()):
+            self.fail(path, f"expected a non-empty text, got {_show(value)}")
+        return value
+
+    def number(self, value, path: str, *, lo: float | None = None, hi: float | None = None,
+               lo_open: bool = False, hi_open: bool = False, unit: str = "", hint: str = "") -> float:
+        in_unit = f" in {unit}" if unit else ""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            extra = "; write the number only, the unit is in the key name" if isinstance(value, str) else ""
+            self.fail(path, f"expected a number{in_unit}, got {_show(value)}{extra}")
+        x = float(value)
+        if not math.isfinite(x):
+            self.fail(path, f"expected a finite number{in_unit}, got {_show(value)}")
+        below = lo is not None and (x <= lo if lo_open else x < lo)
+        above = hi is not None and (x >= hi if hi_open else x > hi)
+        if below or above:
+            self.fail(path, f"expected {_range(lo, hi, lo_open, hi_open)}{in_unit}, got {value!r}"
+                      + (" (check the unit)" if above and unit else "") + (f"; {hint}" if hint else ""))
+        return x
+
+    def integer(self, value, path: str, *, lo: int, unit: str = "") -> int:
+        in_unit = f" of {unit}" if unit else ""
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(path, f"expected a whole number{in_unit} >= {lo}, got {_show(value)}")
+        if value < lo:
+            self.fail(path, f"expected a whole number{in_unit} >= {lo}, got {value}")
+        return value
+
+
+def _range(lo, hi, lo_open, hi_open) -> str:
+    if lo is not None and hi is not None:
+        return f"a number in {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}{')' if hi_open else ']'}"
+    if lo is not None:
+        return f"a number {'>' if lo_open else '>='} {_num(lo)}"
+    return f"a number {'<' if hi_open else '<='} {_num(hi)}"
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _show(value) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def _search_dirs() -> list[Path]:
+    dirs = []
+    for folder in (Path.cwd() / "hwprofiles", _repo_profile_dir()):
+        if folder.is_dir() and all(folder.resolve() != d.resolve() for d in dirs):
+            dirs.append(folder)
+    return dirs
+
+
+def _repo_profile_dir() -> Path:
+    return Path(osdp_sim.__file__).resolve().parents[1] / "hwprofiles"
