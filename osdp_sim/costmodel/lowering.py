@@ -1,0 +1,172 @@
+"""Lower a plan onto the FSDP units the runtime creates, with the cost of each.
+
+A plan group becomes one FSDP unit, or, when split into k slices with j sharded, one unit for the
+replicated part (biases, norms, the k - j unsharded slices of every Linear) plus one ZeRO-3 unit per
+sharded slice of every Linear (each gathered on its own, so only one slice is materialised at a
+time). The root unit holds the embedding and the head and is gathered once per step.
+Compute is attached to "steps": the work a unit's parameters feed, in forward order.
+"""
+
+from dataclasses import dataclass
+
+from osdp_sim.costmodel.rates import bandwidth_time_s, collective_time_s, gemm_time_s
+from osdp_sim.costmodel.states import StateBytes, compute_bytes, reduce_bytes, state_bytes
+from osdp_sim.hardware.profile import HardwareProfile
+from osdp_sim.model.spec import ModelSpec, OpGroup
+from osdp_sim.plan.plan import Plan
+
+FWD_KERNELS_PER_GROUP = 8      # norm, residual, activation, reshapes: launches besides the GEMMs
+
+
+@dataclass(frozen=True)
+class CommUnit:
+    """One FSDP unit: the parameters gathered and reduced together."""
+
+    name: str
+    plan_key: str
+    strategy: str                 # ddp | zero2 | zero3
+    params: float                 # parameter elements
+    states: StateBytes            # resident fp32 params, grads, optimizer state on one device
+    gathered_bytes: float         # unsharded copy in the compute dtype while gathered
+    unsharded_grad_bytes: float   # gradient in the compute dtype before reduction
+    reduce_buffer_bytes: float    # fp32 copy handed to the collective (0 when grads are fp32 already)
+    all_gather_s: float           # one all-gather (0 for ddp)
+    reduce_s: float               # reduce-scatter (zero2/3) or all-reduce (ddp) of the gradients
+    reduce_kind: str              # reduce_scatter | all_reduce
+    replica_all_reduce_s: float   # HSDP: all-reduce of the sharded gradients across shard groups
+    is_root: bool = False
+
+    @property
+    def reshards_after_forward(self) -> bool:
+        return self.strategy == "zero3" and not self.is_root
+
+
+@dataclass(frozen=True)
+class Step:
+    """Compute fed by one unit's parameters, in forward order."""
+
+    name: str
+    unit: int                     # index into Lowered.units
+    block: int                    # -1 for embedding and head
+    fwd_s: float
+    bwd_s: float
+    act_bytes: float              # kept for backward (without checkpointing)
+    act_grad_bytes: float         # transient gradient of activations while its backward runs
+    fwd_temp_bytes: float = 0.0   # transient during its forward only (the logits)
+    bwd_temp_bytes: float = 0.0   # transient during its backward only (gradient of the logits)
+
+
+@dataclass(frozen=True)
+class Lowered:
+    units: tuple[CommUnit, ...]
+    steps: tuple[Step, ...]
+    ckpt_bytes: dict              # block -> bytes a checkpointed block keeps (its input)
+    checkpoint: tuple[bool, ...]
+    optimizer_s: float
+    optimizer_temp_bytes: float
+    tokens: int                   # per micro-batch per device
+
+
+def _scope(n: int, hw: HardwareProfile) -> str:
+    return "inter" if n > hw.device.per_node else "intra"
+
+
+def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: HardwareProfile,
+              plan: Plan, is_root: bool = False) -> CommUnit:
+    n, d = plan.shard_size, plan.devices
+    cb, rb = compute_bytes(plan.precision), reduce_bytes(plan.precision)
+    states = state_bytes(params, strategy, n, plan.optimizer)
+    if strategy == "ddp":
+        ag_s = 0.0
+        reduce_s = collective_time_s(hw, "all_reduce", params * rb, d, _scope(d, hw))
+        kind, rep_s = "all_reduce", 0.0
+    else:
+        ag_s = collective_time_s(hw, "all_gather", params * cb, n, _scope(n, hw))
+        reduce_s = collective_time_s(hw, "reduce_scatter", params * rb, n, _scope(n, hw))
+        kind = "reduce_scatter"
+        r = plan.replicas
+        rep_s = collective_time_s(hw, "all_reduce", params * rb / n, r, _scope(d, hw)) if r > 1 else 0.0
+    return CommUnit(name=name, plan_key=plan_key, strategy=strategy, params=params, states=states,
+                    gathered_bytes=params * cb, unsharded_grad_bytes=params * cb,
+                    reduce_buffer_bytes=params * rb if rb != cb else 0.0,
+                    all_gather_s=ag_s, reduce_s=reduce_s, reduce_kind=kind,
+                    replica_all_reduce_s=rep_s, is_root=is_root)
+
+
+def _fwd_elementwise_s(hw: HardwareProfile, act_bytes: float) -> float:
+    # Elementwise work reads and writes roughly what it saves for backward.
+    return bandwidth_time_s(hw, 2.0 * act_bytes, FWD_KERNELS_PER_GROUP)
+
+
+def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
+    cfg = spec.config
+    tokens = plan.micro_batch * cfg.seq_len
+    cb = compute_bytes(plan.precision)
+    dtype = plan.precision
+    ratio = hw.compute.backward_forward_ratio
+    act_grad = 2.0 * tokens * cfg.hidden * cb
+
+    units: list[CommUnit] = []
+    steps: list[Step] = []
+    root_params = spec.params_of("root")
+    units.append(make_unit("root", "root", plan.choices["root"].strategy, root_params, hw, plan, True))
+
+    for unit in spec.units:
+        for g in unit.groups:
+            act = g.activations.bytes_per_token(cb) * tokens
+            if g.plan_key == "root":
+                fwd = _root_fwd_s(g, hw, dtype, tokens, act)
+                logits = tokens * cfg.vocab_size
+                steps.append(Step(g.name, 0, -1, fwd, ratio * fwd, act, act_grad,
+                                  fwd_temp_bytes=logits * (cb + 4) if g.kind == "head" else 0.0,
+                                  bwd_temp_bytes=logits * (4 + 4) if g.kind == "head" else 0.0))
+                continue
+            steps.extend(_lower_group(g, unit.index, hw, plan, units, tokens, act, act_grad, ratio))
+
+    ckpt_bytes = {u.index: u.ckpt_activations.bytes_per_token(cb) * tokens for u in spec.blocks}
+    local_params = sum(u.states.params for u in units) / 4.0          # fp32 elements held locally
+    opt_bytes_moved = local_params * {"adamw": 2 * (4 + 4 + 8), "sgd": 2 * (4 + 4 + 4)}[plan.optimizer]
+    optimizer_s = bandwidth_time_s(hw, opt_bytes_moved, 12 * len(units))
+    # The optimizer's temporaries: one fp32 tensor the size of the largest local parameter set.
+    optimizer_temp = max(u.states.params for u in units)
+    return Lowered(tuple(units), tuple(steps), ckpt_bytes, plan.checkpoint, optimizer_s,
+                   optimizer_temp, tokens)
+
+
+def _root_fwd_s(g: OpGroup, hw: HardwareProfile, dtype: str, tokens: int, act: float) -> float:
+    gemms = sum(gemm_time_s(hw, 2.0 * tokens * l.weight_params, dtype) for l in g.linears)
+    if g.kind == "head":
+        # Tied heads have no Linear of their own; the logits GEMM is in fwd_flops_per_token.
+        gemms = gemm_time_s(hw, tokens * g.fwd_flops_per_token, dtype)
+    return gemms + _fwd_elementwise_s(hw, act)
+
+
+def _lower_group(g: OpGroup, block: int, hw: HardwareProfile, plan: Plan, units: list,
+                 tokens: int, act: float, act_grad: float, ratio: float) -> list[Step]:
+    c = plan.choices[g.plan_key]
+    dtype = plan.precision
+    k, j = c.slices, c.sharded_slices
+    linear_flops = sum(2.0 * l.weight_params for l in g.linears)
+    attn_core = tokens * (g.fwd_flops_per_token - linear_flops)     # scores and weighted sum
+    core_s = 2 * gemm_time_s(hw, attn_core / 2, dtype) if attn_core > 0 else 0.0
+    elem_s = _fwd_elementwise_s(hw, act)
+    slice_s = {l.name: gemm_time_s(hw, 2.0 * tokens * l.weight_params / k, dtype) for l in g.linears}
+
+    if not c.is_split:
+        units.append(make_unit(g.name, g.plan_key, c.strategy, g.param_count, hw, plan))
+        fwd = core_s + elem_s + sum(slice_s.values())
+        return [Step(g.name, len(units) - 1, block, fwd, ratio * fwd, act, act_grad)]
+
+    # Replicated part: norms, biases, the k - j unsharded slices of every Linear.
+    rep_params = g.param_count - g.splittable_params * j / k
+    units.append(make_unit(g.name, g.plan_key, c.strategy, rep_params, hw, plan))
+    rep_fwd = core_s + elem_s + (k - j) * sum(slice_s.values())
+    steps = [Step(g.name, len(units) - 1, block, rep_fwd, ratio * rep_fwd, act, act_grad)]
+    zero3 = "zero3"
+    for lin in g.linears:
+        for s in range(j):
+            name = f"{g.name}/{lin.name}.s{s}"
+            units.append(make_unit(name, g.plan_key, zero3, lin.weight_params / k, hw, plan))
+            steps.append(Step(name, len(units) - 1, block, slice_s[lin.name], ratio * slice_s[lin.name],
+                              0.0, 0.0))
+    return steps

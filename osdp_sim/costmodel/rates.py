@@ -1,0 +1,83 @@
+"""Time of one kernel or one collective on a hardware profile (pure functions).
+
+Compute: roofline with a size-dependent GEMM efficiency (Calculon-style table), t = F / (peak * eff(F)).
+Collectives: nccl-tests conventions; t = launch + extra latency + factor * S / busbw(S), with busbw
+interpolated in log(S) from measured tables, else an alpha-beta line (latency + factor * S / busbw).
+"""
+
+import bisect
+import math
+
+from osdp_sim.hardware.profile import CollectiveTable, HardwareProfile
+
+
+def bus_factor(op: str, n: int) -> float:
+    """busbw / algbw: all_reduce 2(n-1)/n; all_gather and reduce_scatter (n-1)/n."""
+    if n <= 1:
+        return 0.0
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    return (n - 1) / n
+
+
+def interp_log(points: tuple[tuple[float, float], ...] | list, x: float) -> float:
+    """Linear interpolation of y over log(x), clamped at both ends."""
+    xs = [p[0] for p in points]
+    if x <= xs[0]:
+        return points[0][1]
+    if x >= xs[-1]:
+        return points[-1][1]
+    i = bisect.bisect_right(xs, x)
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return y0 + w * (y1 - y0)
+
+
+def gemm_efficiency(hw: HardwareProfile, flops: float, dtype: str) -> float:
+    curve = hw.compute.gemm_efficiency[dtype]
+    return min(1.0, interp_log(curve, max(flops, 1.0) / 1e9) * hw.compute.efficiency_scale)
+
+
+def gemm_time_s(hw: HardwareProfile, flops: float, dtype: str) -> float:
+    """One matrix multiply of `flops` FLOPs: F / (peak * efficiency(F)) + one kernel launch."""
+    if flops <= 0:
+        return 0.0
+    peak = hw.compute.peak_flops[dtype]
+    return flops / (peak * gemm_efficiency(hw, flops, dtype)) + hw.compute.kernel_launch_s
+
+
+def bandwidth_time_s(hw: HardwareProfile, bytes_moved: float, kernels: int = 0) -> float:
+    """Bandwidth-bound (elementwise) work: bytes / (memory bandwidth * efficiency) + launches."""
+    c = hw.compute
+    return bytes_moved / (c.memory_bandwidth_bytes_per_s * c.bandwidth_efficiency) + kernels * c.kernel_launch_s
+
+
+def _table_for(hw: HardwareProfile, op: str, n: int, scope: str) -> CollectiveTable | None:
+    """The measured table for (op, scope) at group size n, else the nearest group size."""
+    tables = [t for t in hw.collectives.tables if t.op == op and t.scope == scope]
+    if not tables:
+        return None
+    return min(tables, key=lambda t: (abs(math.log(t.group_size) - math.log(n)), t.group_size))
+
+
+def busbw_bytes_per_s(hw: HardwareProfile, op: str, message_bytes: float, n: int, scope: str) -> float:
+    table = _table_for(hw, op, n, scope)
+    if table is not None:
+        pts = tuple(zip(table.sizes_bytes, table.busbw_bytes_per_s))
+        return interp_log(pts, message_bytes)
+    link = hw.collectives.inter if scope == "inter" and hw.collectives.inter else hw.collectives.intra
+    return link.busbw_bytes_per_s
+
+
+def collective_time_s(hw: HardwareProfile, op: str, message_bytes: float, n: int, scope: str = "intra") -> float:
+    """Time of one collective over n ranks; message_bytes is the full (unsharded) buffer S."""
+    if n <= 1 or message_bytes <= 0:
+        return 0.0
+    col = hw.collectives
+    factor = bus_factor(op, n)
+    eff = col.efficiency.get(op, 1.0)
+    base = col.launch_s + col.extra_latency_s.get(op, 0.0)
+    if _table_for(hw, op, n, scope) is not None:
+        return base + factor * message_bytes / (busbw_bytes_per_s(hw, op, message_bytes, n, scope) * eff)
+    link = col.inter if scope == "inter" and col.inter else col.intra
+    return base + link.latency_s + factor * message_bytes / (link.busbw_bytes_per_s * eff)
