@@ -1,0 +1,328 @@
+"""Validation records: one JSON file per real run of a plan, measured beside predicted.
+
+The schema is documented field by field in validate/README.md; the calibration stage reads these
+files. A record is written for every outcome (ok, oom, failed, timeout) so that a failed run
+leaves evidence instead of nothing.
+"""
+
+import hashlib
+import json
+import math
+import os
+import statistics
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from osdp_sim.errors import UserError
+from osdp_sim.model.config import ModelConfig
+from osdp_sim.plan import Plan, plan_from_dict, plan_to_dict, write_json_atomic
+
+FORMAT = "osdp-sim/record"
+VERSION = 1
+STATUSES = ("ok", "oom", "failed", "timeout")
+TRACKER_CATEGORIES = ("Parameter", "Buffer", "Gradient", "Optstate", "Activation", "Temp", "Other",
+                      "Total")
+
+_TOP_KEYS = ("format", "version", "status", "run_id", "created", "plan", "model", "hardware_profile",
+             "env", "settings", "measured", "predicted", "errors", "failure")
+_ENV_KEYS = ("torch", "backend", "backend_version", "device_kind", "device_name", "world_size",
+             "threads_per_rank", "cores", "oversubscribed", "hostname", "python")
+_SETTINGS_KEYS = ("warmup", "iters", "seed")
+_MEASURED_KEYS = ("iteration_time_s", "peak_memory_bytes", "memory", "losses")
+_TIME_STATS = ("mean", "median", "std", "min", "max")
+
+
+@dataclass(frozen=True)
+class Record:
+    """A loaded record. `data` is the whole JSON object; the properties are the fields the
+    calibration stage reads most."""
+
+    data: dict
+    plan: Plan
+    model: ModelConfig
+    source: str = ""
+
+    @property
+    def status(self) -> str:
+        return self.data["status"]
+
+    @property
+    def ok(self) -> bool:
+        return self.data["status"] == "ok"
+
+    @property
+    def measured_iteration_time_s(self) -> float | None:
+        return self.data["measured"]["iteration_time_s"]["mean"]
+
+    @property
+    def measured_peak_memory_bytes(self) -> int | None:
+        return self.data["measured"]["peak_memory_bytes"]
+
+    @property
+    def hardware_profile(self) -> dict:
+        return self.data["hardware_profile"]
+
+    def to_dict(self) -> dict:
+        return self.data
+
+
+# ---------------------------------------------------------------- building
+
+def time_stats(per_rank_times_s: list[list[float]]) -> dict:
+    """Step time = the slowest rank's time for that step (the step is done when every rank is);
+    statistics over steps. Ranks that reached fewer steps shorten the series to the common part."""
+    n = min((len(t) for t in per_rank_times_s), default=0)
+    steps = [max(t[i] for t in per_rank_times_s) for i in range(n)]
+    if not steps:
+        stats = {k: None for k in _TIME_STATS}
+    else:
+        stats = {"mean": statistics.fmean(steps), "median": statistics.median(steps),
+                 "std": statistics.pstdev(steps) if len(steps) > 1 else 0.0,
+                 "min": min(steps), "max": max(steps)}
+    stats["per_step"] = steps
+    stats["per_rank"] = per_rank_times_s
+    return stats
+
+
+def build_record(*, status: str, run_id: str, plan: Plan, hardware_profile: dict, env: dict,
+                 settings: dict, rank_results: list[dict | None], predicted: dict | None,
+                 failure: dict | None = None, created: str | None = None) -> dict:
+    """Assemble a record from the per-rank results the worker writes (see runtime/worker.py).
+    `rank_results[r]` is None for a rank that wrote nothing (killed before its first write)."""
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r} not in {STATUSES}")
+    results = [r or {} for r in rank_results]
+    times = [list(r.get("step_times_s", [])) for r in results]
+    memory = [_rank_memory(r) for r in results]
+    peaks = [m["tracker_peak_bytes"] for m in memory if m["tracker_peak_bytes"] is not None]
+    peak_source = "memtracker"
+    if not peaks:
+        peaks = [m["cuda_max_allocated_bytes"] for m in memory if m["cuda_max_allocated_bytes"] is not None]
+        peak_source = "cuda_max_allocated" if peaks else None
+    losses = [list(r.get("losses", [])) for r in results]
+    n_loss = min((len(l) for l in losses), default=0)
+    measured = {
+        "iteration_time_s": time_stats(times),
+        "peak_memory_bytes": max(peaks) if peaks else None,
+        "peak_memory_source": peak_source,
+        "memory": {"per_rank": memory},
+        "losses": {"mean": [statistics.fmean(l[i] for l in losses) for i in range(n_loss)],
+                   "per_rank": losses,
+                   "phases": results[0].get("loss_phases", []) if results else []},
+        "steps_reached": [r.get("reached") for r in results],
+    }
+    errors = None
+    if predicted is not None:
+        errors = {"iteration_time_rel": _rel(predicted.get("iteration_time_s"),
+                                             measured["iteration_time_s"]["mean"]),
+                  "peak_memory_rel": _rel(predicted.get("peak_memory_bytes"), measured["peak_memory_bytes"])}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "status": status,
+        "run_id": run_id,
+        "created": created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "plan": plan_to_dict(plan),
+        "model": plan.model.to_dict(),
+        "hardware_profile": dict(hardware_profile),
+        "env": dict(env),
+        "settings": dict(settings),
+        "measured": measured,
+        "predicted": predicted,
+        "errors": errors,
+        "failure": failure,
+    }
+
+
+def _rank_memory(r: dict) -> dict:
+    m = r.get("memory", {})
+    return {"tracker_peak_bytes": m.get("tracker_peak_bytes"),
+            "tracker_breakdown": m.get("tracker_breakdown"),
+            "rss_hwm_bytes": m.get("rss_hwm_bytes"),
+            "cuda_max_allocated_bytes": m.get("cuda_max_allocated_bytes"),
+            "cuda_max_reserved_bytes": m.get("cuda_max_reserved_bytes")}
+
+
+def _rel(predicted, measured):
+    if predicted is None or not measured:
+        return None
+    return (predicted - measured) / measured
+
+
+def predicted_from_estimate(est) -> dict:
+    """The record's `predicted` block from a costmodel Estimate."""
+    return {"iteration_time_s": est.iteration_time_s,
+            "peak_memory_bytes": int(est.peak_memory_bytes),
+            "samples_per_s": est.samples_per_s,
+            "memory_breakdown": {k: int(v) for k, v in est.memory_breakdown.items()},
+            "time_breakdown": dict(est.time_breakdown)}
+
+
+# ---------------------------------------------------------------- naming and writing
+
+def plan_hash(plan: Plan) -> str:
+    """Stable hash of what a plan decides (its notes excluded)."""
+    d = plan_to_dict(plan)
+    d.pop("notes", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def record_name(record: dict) -> str:
+    """Deterministic file name: the same plan run with the same settings replaces its record."""
+    plan = record["plan"]
+    env, s = record["env"], record["settings"]
+    d = {k: v for k, v in plan.items() if k != "notes"}
+    h = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+    model = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(record["model"]["name"]))
+    return (f"{model}-{h}-{env['backend']}-{env['device_kind']}-n{env['world_size']}"
+            f"-t{env['threads_per_rank']}-w{s['warmup']}-i{s['iters']}-s{s['seed']}.json")
+
+
+def save_record(record: dict, folder: str | os.PathLike) -> Path:
+    """Write atomically (temp file + fsync + rename) into `folder` under record_name(record)."""
+    _check(record, "<new record>")
+    path = Path(folder) / record_name(record)
+    write_json_atomic(path, record)
+    return path
+
+
+def save_record_as(record: dict, path: str | os.PathLike) -> Path:
+    _check(record, "<new record>")
+    write_json_atomic(path, record)
+    return Path(path)
+
+
+# ---------------------------------------------------------------- loading
+
+def load_record(path: str | os.PathLike) -> Record:
+    src = str(path)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise UserError("record file not found", source=src) from None
+    except OSError as e:
+        raise UserError(f"cannot read record file ({e.strerror})", source=src) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"not valid JSON (line {e.lineno}: {e.msg}); a partly written record?",
+                        source=src) from None
+    return record_from_dict(data, source=src)
+
+
+def record_from_dict(data, *, source: str = "<record>") -> Record:
+    _check(data, source)
+    plan = plan_from_dict(data["plan"], source=f"{source} (plan)")
+    if plan.model.to_dict() != data["model"]:
+        raise UserError("does not match plan.model; the record was edited or mixed up",
+                        source=source, field="model")
+    return Record(data=data, plan=plan, model=plan.model, source=source)
+
+
+def load_records(dirs, *, status: str | None = None) -> list[Record]:
+    """Every *.json record under the given folders (or files), sorted by path. Hidden files
+    (the temporaries of an interrupted write) are skipped."""
+    if isinstance(dirs, (str, os.PathLike)):
+        dirs = [dirs]
+    paths = []
+    for d in dirs:
+        p = Path(d)
+        if p.is_file():
+            paths.append(p)
+        elif p.is_dir():
+            paths.extend(q for q in p.rglob("*.json") if not q.name.startswith("."))
+        else:
+            raise UserError("no such records folder or file", source=str(d))
+    out = [load_record(p) for p in sorted(paths)]
+    return [r for r in out if status is None or r.status == status]
+
+
+def _check(data, source: str) -> None:
+    def err(field, msg):
+        return UserError(msg, source=source, field=field)
+
+    if not isinstance(data, dict):
+        raise err(None, "expected a JSON object (an osdp-sim validation record)")
+    if data.get("format") != FORMAT:
+        raise err("format", f"expected {FORMAT!r}, got {data.get('format')!r}; is this a record "
+                  "written by `osdp-sim validate`?")
+    if data.get("version") != VERSION:
+        raise err("version", f"unsupported version {data.get('version')!r}; this osdp-sim reads "
+                  f"version {VERSION}")
+    for key in _TOP_KEYS:
+        if key not in data:
+            raise err(key, "missing required field")
+    if data["status"] not in STATUSES:
+        raise err("status", f"expected one of {', '.join(STATUSES)}, got {data['status']!r}")
+    for key in ("run_id", "created"):
+        if not isinstance(data[key], str) or not data[key]:
+            raise err(key, f"expected text, got {data[key]!r}")
+    try:
+        datetime.fromisoformat(data["created"])
+    except ValueError:
+        raise err("created", f"expected an ISO 8601 time, got {data['created']!r}") from None
+    for key in ("plan", "model", "hardware_profile", "env", "settings", "measured"):
+        if not isinstance(data[key], dict):
+            raise err(key, "expected an object")
+    _need(data["hardware_profile"], ("name", "path"), "hardware_profile", err)
+    _need(data["env"], _ENV_KEYS, "env", err)
+    for key in ("world_size", "threads_per_rank", "cores"):
+        _int(data["env"][key], f"env.{key}", err, minimum=1)
+    if not isinstance(data["env"]["oversubscribed"], bool):
+        raise err("env.oversubscribed", "expected true or false")
+    _need(data["settings"], _SETTINGS_KEYS, "settings", err)
+    for key in _SETTINGS_KEYS:
+        _int(data["settings"][key], f"settings.{key}", err, minimum=0)
+    m = data["measured"]
+    _need(m, _MEASURED_KEYS, "measured", err)
+    t = m["iteration_time_s"]
+    if not isinstance(t, dict):
+        raise err("measured.iteration_time_s", "expected an object")
+    _need(t, _TIME_STATS + ("per_rank",), "measured.iteration_time_s", err)
+    for key in _TIME_STATS:
+        _num(t[key], f"measured.iteration_time_s.{key}", err, nullable=data["status"] != "ok")
+    if not isinstance(t["per_rank"], list) or not all(isinstance(x, list) for x in t["per_rank"]):
+        raise err("measured.iteration_time_s.per_rank", "expected a list of lists of seconds")
+    _num(m["peak_memory_bytes"], "measured.peak_memory_bytes", err, nullable=data["status"] != "ok")
+    if not isinstance(m["memory"], dict) or not isinstance(m["memory"].get("per_rank"), list):
+        raise err("measured.memory.per_rank", "expected a list with one object per rank")
+    if len(m["memory"]["per_rank"]) != data["env"]["world_size"]:
+        raise err("measured.memory.per_rank", f"has {len(m['memory']['per_rank'])} entries for "
+                  f"world_size {data['env']['world_size']}")
+    if data["predicted"] is not None:
+        p = data["predicted"]
+        if not isinstance(p, dict):
+            raise err("predicted", "expected an object or null")
+        _need(p, ("iteration_time_s", "peak_memory_bytes"), "predicted", err)
+        _num(p["iteration_time_s"], "predicted.iteration_time_s", err)
+        _num(p["peak_memory_bytes"], "predicted.peak_memory_bytes", err)
+    if data["errors"] is not None and not isinstance(data["errors"], dict):
+        raise err("errors", "expected an object or null")
+    if data["status"] != "ok":
+        f = data["failure"]
+        if not isinstance(f, dict):
+            raise err("failure", f"a record with status {data['status']!r} must say why (an object)")
+        _need(f, ("rank", "reason", "exit_code", "stderr_tail"), "failure", err)
+    elif data["failure"] is not None:
+        raise err("failure", "must be null when status is 'ok'")
+
+
+def _need(d, keys, where, err):
+    if not isinstance(d, dict):
+        raise err(where, "expected an object")
+    for k in keys:
+        if k not in d:
+            raise err(f"{where}.{k}", "missing required field")
+
+
+def _int(v, field, err, *, minimum=0):
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise err(field, f"expected a whole number >= {minimum}, got {v!r}")
+
+
+def _num(v, field, err, *, nullable=False):
+    if v is None and nullable:
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise err(field, f"expected a non-negative number, got {v!r}")

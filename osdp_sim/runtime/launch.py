@@ -1,0 +1,391 @@
+"""Start the ranks of a validation run, watch them, and make sure none is left behind.
+
+`launch()` starts N `python -m osdp_sim.runtime.worker` processes, each in its own session (so a
+whole process group, grandchildren included, can be killed), with an env:// rendezvous on
+127.0.0.1 and a free port. It polls them: a rank that exits without an "ok" result, or a run past
+its timeout, ends the run; every rank then gets SIGTERM and, after a grace period, SIGKILL to its
+process group. Ctrl-C / SIGTERM on the launcher and interpreter exit (atexit) do the same, and
+each worker asks the kernel to kill it when the launcher dies (PR_SET_PDEATHSIG).
+
+Under torchrun (RANK and WORLD_SIZE already set) `run_in_process()` runs the worker in this
+process instead and gathers the per-rank results on rank 0.
+"""
+
+import atexit
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from osdp_sim.plan import write_json_atomic
+from osdp_sim.runtime.worker import EXIT_OOM, PROGRESS
+
+DEFAULT_TIMEOUT_S = 300.0
+GRACE_S = 5.0
+SETTLE_S = 0.5
+# Errors a rank reports when a peer died: the peer, not this rank, is the cause.
+_PEER_ERROR = re.compile(r"connection reset|connection closed|broken pipe|gloo|nccl|socket|timed out|"
+                         r"peer|remote", re.IGNORECASE)
+TAIL_LINES = 40
+
+_LIVE: dict[int, subprocess.Popen] = {}       # pid -> process, for the atexit / signal cleanup
+
+
+@dataclass
+class RunOutcome:
+    status: str                                # ok | oom | failed | timeout
+    run_id: str
+    run_dir: str
+    rank_results: list                         # per rank: the worker's result dict, or None
+    failure: dict | None
+    env: dict
+    pids: list[int] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def available_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def run_env(rank_env: dict, *, world: int, threads: int, ranks_per_node: int) -> dict:
+    """The record's `env` block: what rank 0 saw plus how the run was laid out."""
+    env = dict(rank_env)
+    env["world_size"] = world
+    env["threads_per_rank"] = threads
+    env.setdefault("cores", available_cores())
+    env["oversubscribed"] = ranks_per_node * threads > env["cores"] if env.get("device_kind") == "cpu" \
+        else False
+    return env
+
+
+# ---------------------------------------------------------------- launching
+
+def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grace_s: float = GRACE_S,
+           run_dir: str | None = None, echo=sys.stderr, extra_env: dict | None = None) -> RunOutcome:
+    """Run `spec` (see worker.run_rank) on `nproc` local ranks; always returns an outcome, with
+    every rank process (and its children) gone."""
+    run_id = spec.get("run_id") or new_run_id()
+    run_dir = Path(run_dir or tempfile.mkdtemp(prefix=f"osdp-sim-run-{run_id}-"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec = dict(spec, run_id=run_id, run_dir=str(run_dir), timeout_s=timeout_s)
+    spec_path = run_dir / "spec.json"
+    write_json_atomic(spec_path, spec)
+    threads = int(spec["threads_per_rank"])
+    base_env = dict(os.environ)
+    base_env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+                     "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
+                     "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+                     "OSDP_SIM_LAUNCHER_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"})
+    if Path("/sys/class/net/lo").exists():
+        base_env.setdefault("GLOO_SOCKET_IFNAME", "lo")   # single host: keep gloo on loopback
+    base_env.update(extra_env or {})
+    for key in ("TORCHELASTIC_RUN_ID", "GROUP_RANK", "ROLE_RANK"):
+        base_env.pop(key, None)
+
+    procs: list[subprocess.Popen] = []
+    logs = []
+    t_start = time.monotonic()
+    prev_term = _install_term_handler()
+    try:
+        for r in range(nproc):
+            env = dict(base_env, RANK=str(r), LOCAL_RANK=str(r))
+            log = open(run_dir / f"rank{r}.log", "wb")
+            logs.append(log)
+            cmd = [sys.executable, "-m", "osdp_sim.runtime.worker", "--spec", str(spec_path),
+                   "--run-id", run_id]
+            p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+            procs.append(p)
+            _LIVE[p.pid] = p
+        status, failure = _monitor(procs, run_dir, timeout_s, echo)
+    finally:
+        _terminate(procs, grace_s)
+        for log in logs:
+            log.close()
+        _restore_term_handler(prev_term)
+    results = [_read_result(run_dir, r) for r in range(nproc)]
+    if status == "ok" and any(res is None or res.get("status") != "ok" for res in results):
+        status, failure = "failed", {"rank": None, "reason": "a rank reported no result",
+                                     "exit_code": None, "stderr_tail": ""}
+    rank_env = next((res["env"] for res in results if res and res.get("env")), {})
+    env = run_env(rank_env or {"device_kind": spec["device"], "backend": spec["backend"]},
+                  world=nproc, threads=threads, ranks_per_node=nproc)
+    return RunOutcome(status=status, run_id=run_id, run_dir=str(run_dir), rank_results=results,
+                      failure=failure, env=env, pids=[p.pid for p in procs],
+                      wall_s=time.monotonic() - t_start)
+
+
+def _monitor(procs, run_dir: Path, timeout_s: float, echo) -> tuple[str, dict | None]:
+    offsets = [0] * len(procs)
+    last_progress = [""] * len(procs)
+    done_ok = set()
+    all_ok_at = None
+    t_start = time.monotonic()
+    while True:
+        _pump(procs, run_dir, offsets, last_progress, echo)
+        failed = _newly_failed(procs, run_dir, done_ok)
+        if failed:
+            # When one rank dies its peers fail too ("connection reset"); let them exit, then
+            # blame the rank that failed on its own.
+            time.sleep(SETTLE_S)
+            failed = _newly_failed(procs, run_dir, done_ok)
+            _pump(procs, run_dir, offsets, last_progress, echo)
+            return _blame(failed, run_dir, last_progress)
+        if len(done_ok) == len(procs):
+            return "ok", None
+        now = time.monotonic()
+        if all(_result_ok(run_dir, r) for r in range(len(procs))):
+            all_ok_at = all_ok_at or now
+            if now - all_ok_at > GRACE_S:     # results are in; a rank stuck in teardown is killed
+                return "ok", None
+        if now - t_start > timeout_s:
+            return "timeout", _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo)
+        time.sleep(0.1)
+
+
+def _newly_failed(procs, run_dir: Path, done_ok: set) -> list[tuple[int, int, dict | None]]:
+    """Ranks that exited without an "ok" result: (rank, exit code, result or None)."""
+    out = []
+    for r, p in enumerate(procs):
+        rc = p.poll()
+        if rc is None or r in done_ok:
+            continue
+        _LIVE.pop(p.pid, None)
+        res = _read_result(run_dir, r)
+        if res and res.get("status") == "ok":
+            done_ok.add(r)           # an exit-time crash after the result was written is tolerated
+        else:
+            out.append((r, rc, res))
+    return out
+
+
+def _blame(failed, run_dir: Path, last_progress) -> tuple[str, dict]:
+    def rank_of_cause(item):
+        r, rc, res = item
+        err = (res or {}).get("error") or ""
+        if res and res.get("status") == "oom":
+            return 0
+        if not err:                  # killed by a signal or exited without a word
+            return 1
+        return 3 if _PEER_ERROR.search(err) else 2
+    r, rc, res = min(failed, key=rank_of_cause)
+    if res and res.get("status") == "oom":
+        return "oom", _failure(r, res.get("error") or "out of memory", rc, run_dir)
+    reason = (res or {}).get("error") or _exit_reason(rc)
+    if res and res.get("status") == "error" and res.get("reached"):
+        reason += f" (in {res['reached']['phase']} after {res['reached']['step']} steps)"
+    elif last_progress[r]:
+        reason += f" (last progress: {last_progress[r]})"
+    return "failed", _failure(r, f"rank {r}: {reason}", rc, run_dir)
+
+
+def _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo) -> dict:
+    """Ask every live rank for its Python stacks (faulthandler on SIGUSR1) and name the ranks that
+    are not waiting inside torch.distributed: those are the ones the others wait for."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.kill(p.pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+    time.sleep(1.0)
+    _pump(procs, run_dir, offsets, last_progress, echo)
+    suspects = []
+    for r, p in enumerate(procs):
+        stack = _main_stack(_log_text(run_dir, r))
+        if p.poll() is None and stack is not None and "torch/distributed" not in stack:
+            suspects.append(r)
+    rank = suspects[0] if len(suspects) == 1 else None
+    where = "; ".join(f"rank {r}: {last_progress[r] or 'no progress'}" for r in range(len(procs)))
+    who = (f"rank {rank} is stuck outside any collective" if rank is not None else
+           f"ranks {suspects} are outside collectives" if suspects else
+           "every rank is waiting in a collective")
+    return _failure(rank, f"timeout after {timeout_s:g} s: {who} ({where})", None, run_dir,
+                    tail_rank=rank if rank is not None else 0)
+
+
+def _main_stack(text: str) -> str | None:
+    """The last faulthandler dump's 'Current thread' block (the main thread at the signal)."""
+    i = text.rfind("Current thread")
+    if i < 0:
+        return None
+    block = text[i:].split("\n\n", 1)[0]
+    return block
+
+
+def _failure(rank, reason, rc, run_dir: Path, tail_rank=None) -> dict:
+    r = rank if tail_rank is None else tail_rank
+    tail = "\n".join(_log_text(run_dir, r).splitlines()[-TAIL_LINES:]) if r is not None else ""
+    return {"rank": rank, "reason": reason, "exit_code": rc, "stderr_tail": tail}
+
+
+def _exit_reason(rc) -> str:
+    if rc is None:
+        return "still running"
+    if rc < 0:
+        try:
+            return f"killed by signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    if rc == EXIT_OOM:
+        return "out of memory"
+    return f"exited with code {rc} without a result"
+
+
+def _pump(procs, run_dir: Path, offsets, last_progress, echo) -> None:
+    """Echo new progress lines (all of rank 0's, the start and failure lines of the others)."""
+    for r in range(len(procs)):
+        path = run_dir / f"rank{r}.log"
+        try:
+            with open(path, "rb") as f:
+                f.seek(offsets[r])
+                chunk = f.read()
+        except OSError:
+            continue
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            continue
+        offsets[r] += end + 1
+        for line in chunk[:end].decode(errors="replace").splitlines():
+            if not line.startswith(PROGRESS):
+                continue
+            msg = line.split(":", 1)[1].strip() if ":" in line else line
+            last_progress[r] = msg
+            if echo and (r == 0 or not re.match(r"(step |warmup done|memory step done)", msg)):
+                print(line, file=echo, flush=True)
+
+
+def _log_text(run_dir: Path, r: int) -> str:
+    try:
+        return (run_dir / f"rank{r}.log").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _read_result(run_dir: Path, r: int) -> dict | None:
+    try:
+        return json.loads((run_dir / f"rank{r}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _result_ok(run_dir: Path, r: int) -> bool:
+    res = _read_result(run_dir, r)
+    return bool(res and res.get("status") == "ok")
+
+
+# ---------------------------------------------------------------- teardown
+
+def _terminate(procs, grace_s: float) -> None:
+    """SIGTERM every rank's process group, SIGKILL what is left after `grace_s`, reap."""
+    for p in procs:
+        if p.poll() is None:
+            _killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for p in procs:
+        _killpg(p.pid, signal.SIGKILL)      # also grandchildren whose leader already exited
+        try:
+            p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        _LIVE.pop(p.pid, None)
+
+
+def _killpg(pgid: int, sig) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    procs = list(_LIVE.values())
+    if procs:
+        _terminate(procs, 1.0)
+
+
+def _install_term_handler():
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    return signal.signal(signal.SIGTERM, on_term)
+
+
+def _restore_term_handler(prev) -> None:
+    if prev is not None:
+        signal.signal(signal.SIGTERM, prev)
+
+
+# ---------------------------------------------------------------- under torchrun
+
+def run_in_process(spec: dict) -> RunOutcome | None:
+    """This process is one rank of a torchrun job: run it here. Rank 0 returns the outcome of the
+    whole run (results gathered over the process group); other ranks return None. A rank that
+    fails returns its own outcome (so it can write the record it alone knows about) and the
+    caller exits non-zero, which makes torchrun stop the others."""
+    from osdp_sim.runtime import worker
+    import torch.distributed as dist
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    run_id = spec.get("run_id") or os.environ.get("TORCHELASTIC_RUN_ID") or new_run_id()
+    spec = dict(spec, run_id=run_id)
+    faulthandler_on()
+    t0 = time.monotonic()
+    result = worker.run_rank(spec, rank, world, local_rank)
+    threads = int(spec["threads_per_rank"])
+    if result["status"] != "ok":
+        results = [None] * world
+        results[rank] = result
+        status = "oom" if result["status"] == "oom" else "failed"
+        failure = {"rank": rank, "reason": f"rank {rank}: {result.get('error')}", "exit_code": None,
+                   "stderr_tail": result.get("traceback", "")}
+        return RunOutcome(status, run_id, spec.get("run_dir") or "", results, failure,
+                          run_env(result["env"], world=world, threads=threads,
+                                  ranks_per_node=ranks_per_node),
+                          [os.getpid()], time.monotonic() - t0)
+    gathered = [None] * world
+    dist.all_gather_object(gathered, result)
+    worker.teardown()
+    if rank != 0:
+        return None
+    return RunOutcome("ok", run_id, spec.get("run_dir") or "", gathered, None,
+                      run_env(result["env"], world=world, threads=threads, ranks_per_node=ranks_per_node),
+                      [r["pid"] for r in gathered], time.monotonic() - t0)
+
+
+def faulthandler_on() -> None:
+    import faulthandler
+    faulthandler.enable()
