@@ -27,12 +27,9 @@ GBPS = 1e9        # GB/s -> bytes/s
 TFLOPS = 1e12     # TFLOP/s -> FLOP/s
 US = 1e-6         # microseconds -> seconds
 
-# Upper bounds far above any real device: values beyond them are almost always a unit slip
-# (bytes/s written under a *_gbps key, FLOP/s under *_tflops).
-_MAX_GIB = 65536.0
-_MAX_TFLOPS = 1e6
-_MAX_GBPS = 1e6
-_MAX_US = 1e7
+# Upper bounds far above any real device, per unit: values beyond them are almost always a unit
+# slip (bytes/s written under a *_gbps key, FLOP/s under *_tflops, ns under *_us).
+_PLAUSIBLE_MAX = {"GiB": 65536.0, "MiB": 65536.0 * 1024, "TFLOP/s": 1e6, "GB/s": 1e6, "us": 1e7}
 
 
 def shipped_profiles() -> list[Path]:
@@ -128,13 +125,11 @@ def _device(r: "_Reader", value) -> DeviceSpec:
     if per_node > count or count % per_node:
         r.fail("device.per_node", f"device.count ({count}) must be a multiple of per_node "
                f"({per_node}); use per_node = count for one node")
-    memory_gib = r.number(d["memory_gib"], "device.memory_gib", lo=0.0, lo_open=True, hi=_MAX_GIB,
-                          unit="GiB")
-    usable_gib = r.number(d["usable_memory_gib"], "device.usable_memory_gib", lo=0.0, lo_open=True,
-                          hi=_MAX_GIB, unit="GiB")
+    memory_gib = r.positive(d["memory_gib"], "device.memory_gib", "GiB")
+    usable_gib = r.positive(d["usable_memory_gib"], "device.usable_memory_gib", "GiB")
     if usable_gib > memory_gib:
-        r.fail("device.usable_memory_gib", f"usable memory ({usable_gib} GiB) exceeds the device's "
-               f"capacity memory_gib ({memory_gib} GiB)")
+        r.fail("device.usable_memory_gib", f"usable memory ({usable_gib:g} GiB) exceeds the device's "
+               f"capacity memory_gib ({memory_gib:g} GiB)")
     return DeviceSpec(kind=kind, name=name, count=count, per_node=per_node,
                       memory_bytes=int(round(memory_gib * GiB)),
                       usable_memory_bytes=int(round(usable_gib * GiB)))
@@ -145,12 +140,13 @@ def _compute(r: "_Reader", value) -> ComputeSpec:
                                               "bandwidth_efficiency", "backward_forward_ratio",
                                               "kernel_launch_us"),
                   optional=("efficiency_scale",))
+    optional_dtypes = tuple(d for d in DTYPES if d not in REQUIRED_DTYPES)
     peak = r.mapping(c["peak_tflops"], "compute.peak_tflops", required=REQUIRED_DTYPES,
-                     optional=tuple(d for d in DTYPES if d not in REQUIRED_DTYPES))
-    peak_flops = {dt: r.number(v, f"compute.peak_tflops.{dt}", lo=0.0, lo_open=True, hi=_MAX_TFLOPS,
-                               unit="TFLOP/s") * TFLOPS for dt, v in peak.items()}
+                     optional=optional_dtypes)
+    peak_flops = {dt: r.positive(v, f"compute.peak_tflops.{dt}", "TFLOP/s") * TFLOPS
+                  for dt, v in peak.items()}
     eff = r.mapping(c["gemm_efficiency"], "compute.gemm_efficiency", required=REQUIRED_DTYPES,
-                    optional=tuple(d for d in DTYPES if d not in REQUIRED_DTYPES))
+                    optional=optional_dtypes)
     curves = {}
     for dt, curve in eff.items():
         path = f"compute.gemm_efficiency.{dt}"
@@ -159,29 +155,25 @@ def _compute(r: "_Reader", value) -> ComputeSpec:
         curves[dt] = _efficiency_curve(r, curve, path)
     return ComputeSpec(
         peak_flops=peak_flops, gemm_efficiency=curves,
-        memory_bandwidth_bytes_per_s=r.number(c["memory_bandwidth_gbps"], "compute.memory_bandwidth_gbps",
-                                              lo=0.0, lo_open=True, hi=_MAX_GBPS, unit="GB/s") * GBPS,
-        bandwidth_efficiency=r.number(c["bandwidth_efficiency"], "compute.bandwidth_efficiency",
-                                      lo=0.0, lo_open=True, hi=1.0),
-        backward_forward_ratio=r.number(c["backward_forward_ratio"], "compute.backward_forward_ratio",
-                                        lo=0.0, lo_open=True),
-        kernel_launch_s=r.number(c["kernel_launch_us"], "compute.kernel_launch_us", lo=0.0, hi=_MAX_US,
-                                 unit="us") * US,
-        efficiency_scale=r.number(c.get("efficiency_scale", 1.0), "compute.efficiency_scale",
-                                  lo=0.0, lo_open=True))
+        memory_bandwidth_bytes_per_s=r.positive(c["memory_bandwidth_gbps"], "compute.memory_bandwidth_gbps",
+                                                "GB/s") * GBPS,
+        bandwidth_efficiency=r.fraction(c["bandwidth_efficiency"], "compute.bandwidth_efficiency"),
+        backward_forward_ratio=r.positive(c["backward_forward_ratio"], "compute.backward_forward_ratio"),
+        kernel_launch_s=r.nonnegative(c["kernel_launch_us"], "compute.kernel_launch_us", "us") * US,
+        efficiency_scale=r.positive(c.get("efficiency_scale", 1.0), "compute.efficiency_scale"))
 
 
 def _efficiency_curve(r: "_Reader", value, path: str) -> tuple[tuple[float, float], ...]:
-    pairs = r.sequence(value, path, hint="[[GEMM GFLOP, fraction of peak], ...]")
+    pairs = r.sequence(value, path, hint="[[GEMM GFLOP, fraction of peak], ...]", nonempty=True)
     out: list[tuple[float, float]] = []
     for i, pair in enumerate(pairs):
         p = f"{path}[{i}]"
-        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+        if not isinstance(pair, list) or len(pair) != 2:
             r.fail(p, f"expected a pair [GEMM GFLOP, fraction of peak], got {_show(pair)}")
-        gflop = r.number(pair[0], f"{p}[0]", lo=0.0, lo_open=True, unit="GFLOP")
-        frac = r.number(pair[1], f"{p}[1]", lo=0.0, lo_open=True, hi=1.0)
+        gflop = r.positive(pair[0], f"{p}[0]", "GFLOP")
+        frac = r.fraction(pair[1], f"{p}[1]")
         if out and gflop <= out[-1][0]:
-            r.fail(f"{p}[0]", f"GEMM sizes must be strictly increasing; {gflop} follows {out[-1][0]}")
+            r.fail(f"{p}[0]", f"GEMM sizes must be strictly increasing; {gflop:g} follows {out[-1][0]:g}")
         out.append((gflop, frac))
     return tuple(out)
 
@@ -189,73 +181,62 @@ def _efficiency_curve(r: "_Reader", value, path: str) -> tuple[tuple[float, floa
 def _collectives(r: "_Reader", value, device: DeviceSpec) -> CollectiveSpec:
     c = r.mapping(value, "collectives", required=("launch_us", "intra_node"),
                   optional=("inter_node", "efficiency", "extra_latency_us", "tables"))
-    multi_node = device.count > device.per_node
-    if multi_node and c.get("inter_node") is None:
+    if device.count > device.per_node and c.get("inter_node") is None:
         r.fail("collectives.inter_node", f"required: device.count ({device.count}) spans "
                f"{device.nodes} nodes of {device.per_node}; give {{latency_us, busbw_gbps}} of the "
                "network between nodes")
-    inter = _link(r, c["inter_node"], "collectives.inter_node") if c.get("inter_node") is not None else None
-    efficiency = _per_op(r, c.get("efficiency"), "collectives.efficiency", default=1.0, positive=True)
-    extra = _per_op(r, c.get("extra_latency_us"), "collectives.extra_latency_us", default=0.0,
-                    positive=False)
+    inter = c.get("inter_node")
+    efficiency = _per_op(r, c.get("efficiency"), "collectives.efficiency", default=1.0)
+    extra_us = _per_op(r, c.get("extra_latency_us"), "collectives.extra_latency_us", default=0.0, unit="us")
     tables = c.get("tables")
-    tables = () if tables is None else _tables(r, tables, device)
     return CollectiveSpec(
-        intra=_link(r, c["intra_node"], "collectives.intra_node"), inter=inter,
-        launch_s=r.number(c["launch_us"], "collectives.launch_us", lo=0.0, hi=_MAX_US, unit="us") * US,
-        tables=tables, efficiency=efficiency,
-        extra_latency_s={op: v * US for op, v in extra.items()})
+        intra=_link(r, c["intra_node"], "collectives.intra_node"),
+        inter=None if inter is None else _link(r, inter, "collectives.inter_node"),
+        launch_s=r.nonnegative(c["launch_us"], "collectives.launch_us", "us") * US,
+        tables=() if tables is None else _tables(r, tables, device),
+        efficiency=efficiency,
+        extra_latency_s={op: v * US for op, v in extra_us.items()})
 
 
 def _link(r: "_Reader", value, path: str) -> LinkSpec:
     m = r.mapping(value, path, required=("latency_us", "busbw_gbps"))
-    return LinkSpec(
-        latency_s=r.number(m["latency_us"], f"{path}.latency_us", lo=0.0, hi=_MAX_US, unit="us") * US,
-        busbw_bytes_per_s=r.number(m["busbw_gbps"], f"{path}.busbw_gbps", lo=0.0, lo_open=True,
-                                   hi=_MAX_GBPS, unit="GB/s") * GBPS)
+    return LinkSpec(latency_s=r.nonnegative(m["latency_us"], f"{path}.latency_us", "us") * US,
+                    busbw_bytes_per_s=r.positive(m["busbw_gbps"], f"{path}.busbw_gbps", "GB/s") * GBPS)
 
 
-def _per_op(r: "_Reader", value, path: str, *, default: float, positive: bool) -> dict[str, float]:
+def _per_op(r: "_Reader", value, path: str, *, default: float, unit: str = "") -> dict[str, float]:
+    """efficiency (positive multipliers) or extra_latency_us (>= 0); absent ops keep the default."""
     out = {op: default for op in COLLECTIVE_OPS}
     if value is None:
         return out
-    m = r.mapping(value, path, optional=COLLECTIVE_OPS)
-    for op, v in m.items():
-        out[op] = (r.number(v, f"{path}.{op}", lo=0.0, lo_open=True) if positive
-                   else r.number(v, f"{path}.{op}", lo=0.0, hi=_MAX_US, unit="us"))
+    for op, v in r.mapping(value, path, optional=COLLECTIVE_OPS).items():
+        out[op] = r.nonnegative(v, f"{path}.{op}", unit) if unit else r.positive(v, f"{path}.{op}")
     return out
 
 
 def _tables(r: "_Reader", value, device: DeviceSpec) -> tuple[CollectiveTable, ...]:
-    items = r.sequence(value, "collectives.tables", hint="a list of {op, group_size, scope, sizes_bytes, busbw_gbps}")
+    items = r.sequence(value, "collectives.tables",
+                       hint="a list of {op, group_size, scope, sizes_bytes, busbw_gbps}")
     seen: dict[tuple, int] = {}
     out = []
     for i, item in enumerate(items):
         path = f"collectives.tables[{i}]"
         t = r.mapping(item, path, required=("op", "group_size", "scope", "sizes_bytes", "busbw_gbps"))
-        op = t["op"]
+        op, scope = t["op"], t["scope"]
         if op not in COLLECTIVE_OPS:
             r.fail(f"{path}.op", f"expected one of {', '.join(COLLECTIVE_OPS)}, got {_show(op)}")
-        scope = t["scope"]
         if scope not in SCOPES:
             r.fail(f"{path}.scope", f"expected one of {', '.join(SCOPES)}, got {_show(scope)}")
         group = r.integer(t["group_size"], f"{path}.group_size", lo=2)
-        if group > device.count:
-            r.fail(f"{path}.group_size", f"group of {group} is larger than device.count ({device.count})")
-        if scope == "intra" and group > device.per_node:
-            r.fail(f"{path}.scope", f"a group of {group} cannot fit in one node of {device.per_node} "
-                   "devices; use scope inter")
-        if scope == "inter" and device.count <= device.per_node:
-            r.fail(f"{path}.scope", f"scope inter needs more than one node, but all {device.count} "
-                   "devices are in one node (device.per_node); use scope intra")
-        key = (op, group, scope)
-        if key in seen:
+        _check_group(r, path, group, scope, device)
+        if (op, group, scope) in seen:
             r.fail(path, f"duplicate table for {op}, group_size {group}, scope {scope} "
-                   f"(also collectives.tables[{seen[key]}])")
-        seen[key] = i
+                   f"(also collectives.tables[{seen[op, group, scope]}])")
+        seen[op, group, scope] = i
         sizes_raw = r.sequence(t["sizes_bytes"], f"{path}.sizes_bytes", hint="message sizes in bytes",
                                nonempty=True)
-        sizes = [r.integer(s, f"{path}.sizes_bytes[{j}]", lo=1, unit="bytes") for j, s in enumerate(sizes_raw)]
+        sizes = [r.integer(s, f"{path}.sizes_bytes[{j}]", lo=1, unit="bytes")
+                 for j, s in enumerate(sizes_raw)]
         for j in range(1, len(sizes)):
             if sizes[j] <= sizes[j - 1]:
                 r.fail(f"{path}.sizes_bytes[{j}]", f"sizes must be strictly increasing; {sizes[j]} "
@@ -265,16 +246,28 @@ def _tables(r: "_Reader", value, device: DeviceSpec) -> tuple[CollectiveTable, .
         if len(bw_raw) != len(sizes):
             r.fail(f"{path}.busbw_gbps", f"has {len(bw_raw)} values but sizes_bytes has {len(sizes)}; "
                    "give one bus bandwidth per message size")
-        bw = [r.number(b, f"{path}.busbw_gbps[{j}]", lo=0.0, lo_open=True, hi=_MAX_GBPS, unit="GB/s") * GBPS
-              for j, b in enumerate(bw_raw)]
+        bw = [r.positive(b, f"{path}.busbw_gbps[{j}]", "GB/s") * GBPS for j, b in enumerate(bw_raw)]
         out.append(CollectiveTable(op=op, group_size=group, scope=scope, sizes_bytes=tuple(sizes),
                                    busbw_bytes_per_s=tuple(bw)))
     return tuple(out)
 
 
+def _check_group(r: "_Reader", path: str, group: int, scope: str, device: DeviceSpec) -> None:
+    """intra: the group fits in one node. inter: the group spans nodes, which needs more than one
+    node; it may be small (a hybrid-shard replica group has one rank per node)."""
+    if group > device.count:
+        r.fail(f"{path}.group_size", f"group of {group} is larger than device.count ({device.count})")
+    if scope == "intra" and group > device.per_node:
+        r.fail(f"{path}.scope", f"a group of {group} cannot fit in one node of {device.per_node} "
+               "devices; use scope inter")
+    if scope == "inter" and device.count <= device.per_node:
+        r.fail(f"{path}.scope", f"scope inter needs more than one node, but all {device.count} "
+               "devices are in one node (device.per_node); use scope intra")
+
+
 def _memory(r: "_Reader", value) -> MemorySpec:
     m = r.mapping(value, "memory", required=("context_mib", "fragmentation"))
-    context_mib = r.number(m["context_mib"], "memory.context_mib", lo=0.0, hi=_MAX_GIB * 1024, unit="MiB")
+    context_mib = r.nonnegative(m["context_mib"], "memory.context_mib", "MiB")
     frag = r.number(m["fragmentation"], "memory.fragmentation", lo=0.0, hi=1.0, hi_open=True)
     return MemorySpec(context_bytes=int(round(context_mib * MiB)), fragmentation=frag)
 
@@ -316,6 +309,7 @@ class _Reader:
 
     def number(self, value, path: str, *, lo: float | None = None, hi: float | None = None,
                lo_open: bool = False, hi_open: bool = False, unit: str = "", hint: str = "") -> float:
+        """A finite number in [lo, hi] (open ends as asked); implausibly large for its unit is a slip."""
         in_unit = f" in {unit}" if unit else ""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             extra = "; write the number only, the unit is in the key name" if isinstance(value, str) else ""
@@ -327,8 +321,21 @@ class _Reader:
         above = hi is not None and (x >= hi if hi_open else x > hi)
         if below or above:
             self.fail(path, f"expected {_range(lo, hi, lo_open, hi_open)}{in_unit}, got {value!r}"
-                      + (" (check the unit)" if above and unit else "") + (f"; {hint}" if hint else ""))
+                      + (f"; {hint}" if hint else ""))
+        plausible_max = _PLAUSIBLE_MAX.get(unit)
+        if plausible_max is not None and x > plausible_max:
+            self.fail(path, f"{value!r} is implausibly large for a value{in_unit} "
+                      f"(more than {plausible_max:g}); check the unit")
         return x
+
+    def positive(self, value, path: str, unit: str = "") -> float:
+        return self.number(value, path, lo=0.0, lo_open=True, unit=unit)
+
+    def nonnegative(self, value, path: str, unit: str = "") -> float:
+        return self.number(value, path, lo=0.0, unit=unit)
+
+    def fraction(self, value, path: str) -> float:
+        return self.number(value, path, lo=0.0, lo_open=True, hi=1.0)
 
     def integer(self, value, path: str, *, lo: int, unit: str = "") -> int:
         in_unit = f" of {unit}" if unit else ""
