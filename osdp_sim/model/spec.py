@@ -157,11 +157,21 @@ def _norm_params(cfg: ModelConfig) -> int:
 
 
 def _norm_fixed_bytes(cfg: ModelConfig) -> float:
-    return 4.0 if cfg.family == "llama" else 8.0   # fp32 rstd (RMSNorm); mean and rstd (LayerNorm)
+    # fp32 1/rms (RMSNorm); fp32 mean and 1/std (LayerNorm). On CPU a bf16 LayerNorm keeps them in
+    # bf16 (4 bytes, not 8): under 0.2% of a group, left out.
+    return 4.0 if cfg.family == "llama" else 8.0
 
 
 def _lse_bytes(cfg: ModelConfig) -> float:
     return 4.0 * cfg.n_heads   # SDPA's fp32 logsumexp, one per head per token
+
+
+# Activations below are what osdp_sim/runtime/modules.py keeps for backward, measured by
+# tests/test_runtime_activations.py (saved tensors, one count per storage, parameters excluded).
+# Shared by every family's attention: SDPA (flash kernel, CPU and CUDA) keeps q, k, v, its output
+# and the logsumexp. Its output is laid out (batch, seq, heads, head_dim), so the transpose back to
+# (batch, seq, hidden) for the output projection needs no copy and that Linear's saved input is the
+# SDPA output itself (no separate "contiguous copy" term).
 
 
 def build_spec(cfg: ModelConfig) -> ModelSpec:
@@ -174,6 +184,7 @@ def build_spec(cfg: ModelConfig) -> ModelSpec:
     units: list[Unit] = []
 
     # Embedding: token table (+ learned positions, + token types for BERT, + BERT's embedding LN).
+    # Positions and token type are added as table slices, which keep nothing.
     embed_params = cfg.vocab_size * h
     embed_act = Activations(0.0, 8.0)                    # int64 token ids kept by the lookup
     if cfg.family in ("gpt2", "bert"):
@@ -190,43 +201,52 @@ def build_spec(cfg: ModelConfig) -> ModelSpec:
                         LinearShape("v_proj", h, kv_dim, False), LinearShape("o_proj", h, h, False))
             mlp_lin = (LinearShape("gate_proj", h, f, False), LinearShape("up_proj", h, f, False),
                        LinearShape("down_proj", f, h, False))
-            # x, norm out, q and k after rotary, v, SDPA out, contiguous copy for o_proj
-            attn_act = Activations(5.0 * h + 2.0 * kv_dim, stats + _lse_bytes(cfg))
-            # x, norm out, gate out, silu out, up out, product
+            # x (RMSNorm input), norm out (q/k/v input), q after rotary (h), k after rotary and v
+            # (kv_dim each; SDPA's GQA keeps them unexpanded), SDPA out (o_proj input). Rotary keeps
+            # only its shared cos/sin tables, RMSNorm its input and fp32 1/rms.
+            attn_act = Activations(4.0 * h + 2.0 * kv_dim, stats + _lse_bytes(cfg))
+            # x, norm out (gate/up input), gate out (silu input), silu out and up out (product
+            # inputs), product (down_proj input)
             mlp_act = Activations(2.0 * h + 4.0 * f, stats)
         elif cfg.family == "gpt2":
             attn_lin = (LinearShape("c_attn", h, 3 * h, bias), LinearShape("c_proj", h, h, bias))
             mlp_lin = (LinearShape("c_fc", h, f, bias), LinearShape("c_proj", f, h, bias))
-            # x, LN out, qkv, SDPA out, contiguous copy
-            attn_act = Activations(7.0 * h, stats + _lse_bytes(cfg))
-            # x, LN out, fc out (GELU input), GELU out
+            # x (LN input), LN out (c_attn input), qkv (3h; q, k, v are views of it), SDPA out
+            # (c_proj input)
+            attn_act = Activations(6.0 * h, stats + _lse_bytes(cfg))
+            # x (LN input), LN out (c_fc input), fc out (GELU input), GELU out (c_proj input)
             mlp_act = Activations(2.0 * h + 2.0 * f, stats)
         else:  # bert, post-LN
             attn_lin = (LinearShape("query", h, h, bias), LinearShape("key", h, h, bias),
                         LinearShape("value", h, h, bias), LinearShape("dense", h, h, bias))
             mlp_lin = (LinearShape("intermediate", h, f, bias), LinearShape("output", f, h, bias))
-            # x, q, k, v, SDPA out, contiguous copy, residual sum (LN input)
-            attn_act = Activations(7.0 * h, stats + _lse_bytes(cfg))
-            # LN out (fc input), fc out, GELU out, residual sum (LN input)
+            # x (query/key/value input), q, k, v (separate Linears), SDPA out (dense input),
+            # residual sum (LN input)
+            attn_act = Activations(6.0 * h, stats + _lse_bytes(cfg))
+            # x (intermediate input), fc out (GELU input), GELU out (output input), residual sum
+            # (LN input)
             mlp_act = Activations(2.0 * h + 2.0 * f, stats)
         attn = OpGroup(f"block{i}.attn", "attn", f"block{i}.attn", attn_lin, norm,
                        _linear_flops(attn_lin) + _attention_flops_per_token(cfg), attn_act)
         mlp = OpGroup(f"block{i}.mlp", "mlp", f"block{i}.mlp", mlp_lin, norm,
                       _linear_flops(mlp_lin), mlp_act)
-        # A checkpointed block keeps only its input.
+        # A checkpointed block keeps only its input (torch.utils.checkpoint, non-reentrant).
         units.append(Unit(f"block{i}", "block", i, (attn, mlp), Activations(float(h), 0.0)))
 
     # Head: final norm + LM head (tied: no weight of its own), loss on fp32 log-probabilities.
-    loss_bytes = 4.0 * cfg.vocab_size      # fp32 log_softmax output kept by the loss
+    # The loss keeps the fp32 log_softmax output and the int64 targets; the logits themselves are
+    # not kept (the Linear keeps its input, log_softmax its output).
+    loss_bytes = 4.0 * cfg.vocab_size + 8.0
     if cfg.family == "bert":
         head_lin = (LinearShape("transform", h, h, True),)
         head_other = norm + cfg.vocab_size   # transform LN + decoder bias (decoder weight tied)
-        head_act = Activations(4.0 * h, stats + loss_bytes)  # transform in, GELU in, LN in, decoder in
+        # transform in (last block out), GELU in, LN in, decoder in
+        head_act = Activations(4.0 * h, stats + loss_bytes)
         head_flops = _linear_flops(head_lin) + 2.0 * h * cfg.vocab_size
     else:
         head_lin = () if cfg.tied_head else (LinearShape("lm_head", h, cfg.vocab_size, False),)
         head_other = norm
-        head_act = Activations(2.0 * h, stats + loss_bytes)  # norm in, head in
+        head_act = Activations(2.0 * h, stats + loss_bytes)  # norm in (last block out), head in
         head_flops = 2.0 * h * cfg.vocab_size
     units.append(Unit("head", "head", -1, (
         OpGroup("head", "head", "root", head_lin, head_other, head_flops, head_act),), Activations()))
