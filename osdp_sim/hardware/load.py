@@ -374,7 +374,7 @@ def _show(value) -> str:
 
 def _search_dirs() -> list[Path]:
     dirs = []
-    for folder in (Path.cwd() / "hwprofiles", _repo_profile_dir()):
+    for folder in (Path("hwprofiles"), _repo_profile_dir()):
         if folder.is_dir() and all(folder.resolve() != d.resolve() for d in dirs):
             dirs.append(folder)
     return dirs
