@@ -36,3 +36,8 @@ def peak_memory(tasks: list[Task], events: list[MemEvent]) -> MemoryPeak:
             name = tasks[e.task].name if e.task >= 0 else "start of step"
             best = MemoryPeak(total, max(0.0, when(e)[0]), name, dict(live))
     return best
+
+
+def category_peak(tasks: list[Task], events: list[MemEvent], category: str) -> float:
+    """The most bytes of one category live at any moment (e.g. activations alone)."""
+    return peak_memory(tasks, [e for e in events if e.category == category]).peak_bytes

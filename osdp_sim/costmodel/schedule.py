@@ -78,11 +78,15 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
         fwd_task.append(t)
         ckpt = s.block >= 0 and low.checkpoint[s.block]
         if ckpt:
+            # The checkpoint keeps the block input, which the first step would otherwise save
+            # itself; everything else is live only inside the forward.
+            transient = s.act_bytes
             if s.block not in block_of_ckpt_start:
                 block_of_ckpt_start[s.block] = t
                 mem(t, "start", low.ckpt_bytes[s.block], "activations")
-            mem(t, "start", s.act_bytes, "activations")      # live only inside the forward
-            mem(t, "end", -s.act_bytes, "activations")
+                transient = max(0.0, transient - low.ckpt_bytes[s.block])
+            mem(t, "start", transient, "activations")
+            mem(t, "end", -transient, "activations")
         else:
             mem(t, "start", s.act_bytes, "activations")
         mem(t, "start", s.fwd_temp_bytes, "temporaries")
@@ -130,9 +134,11 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
                     deps.append((gathered[steps[j].unit], "end"))
             rc = add(Task(f"recompute block{s.block}", "compute",
                           sum(steps[j].fwd_s for j in block_steps[s.block]), "recompute", tuple(deps)))
+            # Recompute re-saves the block's activations; the input it saves is the tensor the
+            # checkpoint already holds, so the block goes back to exactly its unchecked size.
             for j in block_steps[s.block]:
                 mem(rc, "start", steps[j].act_bytes, "activations")
-            mem(rc, "end", 0.0, "activations")
+            mem(rc, "start", -low.ckpt_bytes[s.block], "activations")
             prev = rc
         deps = []
         ag = gather_for_backward(s.unit, prev)
@@ -143,8 +149,6 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
         mem(t, "start", s.act_grad_bytes + s.bwd_temp_bytes, "temporaries")
         mem(t, "end", -(s.act_grad_bytes + s.bwd_temp_bytes), "temporaries")
         mem(t, "end", -s.act_bytes, "activations")
-        if ckpt and i == block_steps[s.block][0]:
-            mem(t, "end", -low.ckpt_bytes[s.block], "activations")
         # Prefetch: the next backward step's gather is issued when this step starts, so it sits
         # on the communication stream before this step's gradient reduction.
         if pos + 1 < len(order):

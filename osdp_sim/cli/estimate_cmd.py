@@ -1,0 +1,100 @@
+"""osdp-sim estimate: predicted peak memory and iteration time of one plan."""
+
+import json
+
+from osdp_sim.cli.common import add_hw_args, add_model_args, load_hw, load_spec, positive_int
+from osdp_sim.errors import UserError
+from osdp_sim.units import format_bytes, format_seconds
+
+HELP = "predict peak memory per device and iteration time of a plan"
+
+
+def add_arguments(p) -> None:
+    add_hw_args(p)
+    add_model_args(p, required=False)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--plan", help="a plan file (from osdp-sim search -o)")
+    src.add_argument("--strategy", choices=("ddp", "zero2", "zero3"), help="a uniform plan")
+    p.add_argument("--micro-batch", type=positive_int, help="micro-batch size per device (uniform plans)")
+    p.add_argument("--grad-accum", type=positive_int, default=1, help="gradient accumulation steps")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
+    p.add_argument("--checkpoint", action="store_true", help="activation checkpointing on every block")
+    p.add_argument("--shard-group", type=positive_int, help="hybrid sharding: shard within groups of this size")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--timeline", action="store_true", help="with --json: include the simulated task timeline")
+
+
+def _plan(args, hw):
+    from osdp_sim.plan import load_plan, uniform_plan
+    if args.plan:
+        plan = load_plan(args.plan)
+        if plan.devices > hw.device.count:
+            raise UserError(f"the plan is for {plan.devices} devices but the profile {hw.name!r} has "
+                            f"{hw.device.count}", source=args.plan, field="devices")
+        return plan, hw.with_devices(plan.devices)
+    if not args.model:
+        raise UserError("give --model with --strategy (or a --plan file)", field="--model")
+    if not args.micro_batch:
+        raise UserError("give --micro-batch with --strategy", field="--micro-batch")
+    cfg = load_spec(args).config
+    devices = hw.device.count
+    shard = args.shard_group or devices
+    if devices % shard:
+        raise UserError(f"--shard-group {shard} must divide the device count {devices}", field="--shard-group")
+    plan = uniform_plan(cfg, args.strategy, devices=devices, micro_batch=args.micro_batch,
+                        checkpoint=args.checkpoint, grad_accum=args.grad_accum,
+                        precision=args.precision, optimizer=args.optimizer, shard_group=shard)
+    return plan, hw
+
+
+def run(args) -> int:
+    from osdp_sim.costmodel import estimate
+    from osdp_sim.model.spec import build_spec
+    hw = load_hw(args)
+    plan, hw = _plan(args, hw)
+    spec = build_spec(plan.model)
+    est = estimate(spec, hw, plan)
+    if args.json:
+        out = est.to_dict(timeline=args.timeline)
+        out["model"] = spec.name
+        out["hardware"] = hw.name
+        out["devices"] = plan.devices
+        out["params"] = spec.param_count
+        print(json.dumps(out, indent=1))
+        return 0
+    print(format_estimate(spec, hw, plan, est))
+    return 0
+
+
+def format_estimate(spec, hw, plan, est) -> str:
+    strategies = sorted({c.label() for c in plan.choices.values()})
+    lines = [
+        f"model      {spec.name} ({spec.param_count / 1e9:.3f} B params, seq {spec.seq_len})",
+        f"hardware   {hw.name}: {plan.devices} x {hw.device.name}, usable {format_bytes(hw.device.usable_memory_bytes)} each",
+        f"plan       {', '.join(strategies)}; micro-batch {plan.micro_batch} x accum {plan.grad_accum}; "
+        f"{plan.precision}; {plan.optimizer}; shard group {plan.shard_size}; "
+        f"checkpointed blocks {sum(plan.checkpoint)}/{len(plan.checkpoint)}",
+        "",
+        f"peak memory per device   {format_bytes(est.peak_memory_bytes):>12}   (during {est.peak_during})",
+    ]
+    for k, v in est.memory_breakdown.items():
+        lines.append(f"  {k:<22} {format_bytes(v):>12}")
+    ms = est.model_states_bytes
+    lines.append(f"  model states resident: params {format_bytes(ms['params'])}, grads {format_bytes(ms['grads'])}, "
+                 f"optimizer {format_bytes(ms['optimizer'])}")
+    tb = est.time_breakdown
+    lines += ["", f"iteration time           {format_seconds(est.iteration_time_s):>12}"]
+    for k in ("forward_s", "backward_s", "recompute_s", "optimizer_s"):
+        lines.append(f"  {k[:-2]:<22} {format_seconds(tb[k]):>12}")
+    for kind in ("all_gather", "reduce_scatter", "all_reduce"):
+        if tb[f"{kind}_s"] > 0:
+            lines.append(f"  {kind:<22} {format_seconds(tb[kind + '_s']):>12}   exposed "
+                         f"{format_seconds(tb[kind + '_exposed_s'])}")
+    fits = est.peak_memory_bytes <= hw.device.usable_memory_bytes
+    lines += ["",
+              f"throughput               {est.samples_per_s:12.2f} samples/s   {est.tokens_per_s:,.0f} tokens/s",
+              f"model FLOP/s per device  {est.model_flops_per_s_per_device / 1e12:12.2f} TFLOP/s   MFU {est.mfu * 100:.1f}%",
+              f"fits in device memory    {'yes' if fits else 'NO'} ({format_bytes(est.peak_memory_bytes)} of "
+              f"{format_bytes(hw.device.usable_memory_bytes)} usable)"]
+    return "\n".join(lines)

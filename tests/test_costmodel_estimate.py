@@ -1,0 +1,117 @@
+"""estimate() against hand-computed expectations: communication volume, activations, liveness."""
+
+import pytest
+
+from hwfixtures import simple_hw
+from osdp_sim.costmodel import estimate
+from osdp_sim.costmodel.lowering import lower
+from osdp_sim.costmodel.memory import peak_memory
+from osdp_sim.costmodel.schedule import MemEvent
+from osdp_sim.costmodel.simulate import Task
+from osdp_sim.model import ModelConfig, build_spec, load_model
+from osdp_sim.plan import GroupChoice, uniform_plan
+
+SMALL = ModelConfig(name="t", family="gpt2", n_layers=4, hidden=256, n_heads=4, vocab_size=1000,
+                    seq_len=64)
+
+
+def test_zero3_moves_one_and_a_half_times_ddp_bytes():
+    hw = simple_hw(busbw_gbps=10.0)
+    spec = build_spec(SMALL)
+    ddp = lower(spec, hw, uniform_plan(SMALL, "ddp", devices=8, micro_batch=1, precision="fp32"))
+    z3 = lower(spec, hw, uniform_plan(SMALL, "zero3", devices=8, micro_batch=1, precision="fp32"))
+    for a, b in zip(ddp.units[1:], z3.units[1:]):          # blocks (the root gathers once)
+        assert 2 * b.all_gather_s + b.reduce_s == pytest.approx(1.5 * a.reduce_s)
+        # hand: AR of P fp32 params over 8 ranks at 10 GB/s
+        assert a.reduce_s == pytest.approx(2 * 7 / 8 * 4 * a.params / 10e9)
+
+
+def test_bf16_gathers_half_the_bytes_of_fp32():
+    hw = simple_hw(busbw_gbps=10.0)
+    spec = build_spec(SMALL)
+    f32 = lower(spec, hw, uniform_plan(SMALL, "zero3", devices=8, micro_batch=1, precision="fp32"))
+    b16 = lower(spec, hw, uniform_plan(SMALL, "zero3", devices=8, micro_batch=1, precision="bf16"))
+    assert b16.units[1].all_gather_s == pytest.approx(f32.units[1].all_gather_s / 2)
+    assert b16.units[1].reduce_s == pytest.approx(f32.units[1].reduce_s)     # reduce in fp32
+
+
+def test_activation_bytes_of_a_gpt2_block():
+    spec = load_model("gpt2-1.5b")
+    block = spec.blocks[0]
+    h, f, heads = 1600, 6400, 25
+    # attention: x, LN out, qkv (3h), SDPA out, contiguous copy = 7h (bf16) + LN stats 8 B + lse 4 B/head
+    attn = 7 * h * 2 + 8 + 4 * heads
+    # MLP: x, LN out, fc out (4h), GELU out (4h) (bf16) + LN stats
+    mlp = (2 * h + 2 * f) * 2 + 8
+    assert block.groups[0].activations.bytes_per_token(2) == attn
+    assert block.groups[1].activations.bytes_per_token(2) == mlp
+    assert block.ckpt_activations.bytes_per_token(2) == 2 * h
+
+
+def test_liveness_peak_is_not_a_sum_of_maxima():
+    tasks = [Task("a", "compute", 1, "fwd"), Task("b", "compute", 1, "fwd")]
+    tasks[0].start_s, tasks[0].end_s, tasks[1].start_s, tasks[1].end_s = 0, 1, 1, 2
+    events = [MemEvent(-1, "start", 10, "params"),
+              MemEvent(0, "start", 100, "temporaries"), MemEvent(0, "end", -100, "temporaries"),
+              MemEvent(1, "start", 70, "temporaries"), MemEvent(1, "end", -70, "temporaries")]
+    p = peak_memory(tasks, events)
+    assert p.peak_bytes == 110 and p.during == "a"
+    assert p.breakdown == {"params": 10, "grads": 0, "optimizer": 0, "activations": 0,
+                           "gathered_params": 0, "reduce_buffers": 0, "temporaries": 100}
+
+
+def test_single_device_ddp_has_no_communication_and_hand_computed_states():
+    hw = simple_hw(count=1, per_node=1)
+    spec = build_spec(SMALL)
+    est = estimate(spec, hw, uniform_plan(SMALL, "ddp", devices=1, micro_batch=2))
+    assert est.time_breakdown["communication_s"] == 0
+    p = spec.param_count
+    assert est.model_states_bytes == {"params": 4 * p, "grads": 4 * p, "optimizer": 8 * p}
+
+
+def test_throughput_counts_every_device_and_micro_batch():
+    hw = simple_hw()
+    spec = build_spec(SMALL)
+    est = estimate(spec, hw, uniform_plan(SMALL, "zero3", devices=8, micro_batch=3, grad_accum=2))
+    assert est.samples_per_s == pytest.approx(3 * 2 * 8 / est.iteration_time_s)
+    assert est.tokens_per_s == pytest.approx(est.samples_per_s * SMALL.seq_len)
+
+
+def test_peak_at_least_resident_states_plus_saved_activations():
+    hw = simple_hw()
+    spec = build_spec(SMALL)
+    for strategy in ("ddp", "zero2", "zero3"):
+        plan = uniform_plan(SMALL, strategy, devices=8, micro_batch=4)
+        est = estimate(spec, hw, plan)
+        low = lower(spec, hw, plan)
+        resident = sum(u.states.params + u.states.optimizer for u in low.units)
+        acts = sum(s.act_bytes for s in low.steps)
+        assert est.peak_memory_bytes >= resident + acts
+
+
+def test_hybrid_sharding_adds_a_cross_group_all_reduce_of_the_sharded_grads():
+    hw = simple_hw(count=16, per_node=8, busbw_gbps=100.0, inter_gbps=10.0)
+    spec = build_spec(SMALL)
+    plan = uniform_plan(SMALL, "zero3", devices=16, micro_batch=1, shard_group=8, precision="fp32")
+    low = lower(spec, hw, plan)
+    u = low.units[1]
+    # all-reduce of P/8 fp32 grads across 2 replicas on the inter-node link: 2(1/2) * 4P/8 / 10 GB/s
+    assert u.replica_all_reduce_s == pytest.approx(1.0 * 4 * u.params / 8 / 10e9)
+    assert u.all_gather_s == pytest.approx(7 / 8 * 4 * u.params / 100e9)
+    assert u.states.params == pytest.approx(4 * u.params / 8)
+
+
+def test_split_choice_lowers_to_one_unit_per_sharded_slice():
+    hw = simple_hw()
+    spec = build_spec(SMALL)
+    plan = uniform_plan(SMALL, "zero3", devices=8, micro_batch=1)
+    choices = dict(plan.choices)
+    choices["block0.mlp"] = GroupChoice("ddp", 4, 2)
+    low = lower(spec, hw, plan.with_choices(choices=choices))
+    names = [u.name for u in low.units if u.plan_key == "block0.mlp"]
+    assert names == ["block0.mlp", "block0.mlp/c_fc.s0", "block0.mlp/c_fc.s1",
+                     "block0.mlp/c_proj.s0", "block0.mlp/c_proj.s1"]
+    g = spec.blocks[0].groups[1]
+    units = [u for u in low.units if u.plan_key == "block0.mlp"]
+    assert sum(u.params for u in units) == pytest.approx(g.param_count)
+    assert units[1].params == pytest.approx(256 * 1024 / 4)     # one quarter of c_fc's weight
