@@ -95,8 +95,9 @@ def test_hybrid_sharding_adds_a_cross_group_all_reduce_of_the_sharded_grads():
     plan = uniform_plan(SMALL, "zero3", devices=16, micro_batch=1, shard_group=8, precision="fp32")
     low = lower(spec, hw, plan)
     u = low.units[1]
-    # all-reduce of P/8 fp32 grads across 2 replicas on the inter-node link: 2(1/2) * 4P/8 / 10 GB/s
-    assert u.replica_all_reduce_s == pytest.approx(1.0 * 4 * u.params / 8 / 10e9)
+    # all-reduce of P/8 fp32 grads across 2 replicas on the inter-node link: 2(1/2) * 4P/8 / 10 GB/s,
+    # with the 8 replica groups of a node sharing its link: x 8
+    assert u.replica_all_reduce_s == pytest.approx(8 * 1.0 * 4 * u.params / 8 / 10e9)
     assert u.all_gather_s == pytest.approx(7 / 8 * 4 * u.params / 100e9)
     assert u.states.params == pytest.approx(4 * u.params / 8)
 

@@ -85,7 +85,10 @@ def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: Hardwa
         reduce_s = collective_time_s(hw, "reduce_scatter", params * rb, n, _scope(n, hw))
         kind = "reduce_scatter"
         r = plan.replicas
-        rep_s = collective_time_s(hw, "all_reduce", params * rb / n, r, _scope(d, hw)) if r > 1 else 0.0
+        # One replica group per position in the shard group; those on one node share its link.
+        rep_scope = _scope(d, hw)
+        sharing = min(n, hw.device.per_node) if rep_scope == "inter" else 1
+        rep_s = collective_time_s(hw, "all_reduce", params * rb / n, r, rep_scope, sharing) if r > 1 else 0.0
     return CommUnit(name=name, plan_key=plan_key, strategy=strategy, params=params, states=states,
                     gathered_bytes=params * cb, unsharded_grad_bytes=params * cb,
                     reduce_buffer_bytes=params * rb if rb != cb else 0.0,

@@ -69,12 +69,15 @@ def busbw_bytes_per_s(hw: HardwareProfile, op: str, message_bytes: float, n: int
     return link.busbw_bytes_per_s
 
 
-def collective_time_s(hw: HardwareProfile, op: str, message_bytes: float, n: int, scope: str = "intra") -> float:
-    """Time of one collective over n ranks; message_bytes is the full (unsharded) buffer S."""
+def collective_time_s(hw: HardwareProfile, op: str, message_bytes: float, n: int, scope: str = "intra",
+                      concurrent: int = 1) -> float:
+    """Time of one collective over n ranks; message_bytes is the full (unsharded) buffer S.
+    `concurrent` groups running the same collective at once share the link (e.g. the hybrid-shard
+    replica all-reduces of every local rank crossing one node's network card): bandwidth / concurrent."""
     if n <= 1 or message_bytes <= 0:
         return 0.0
     col = hw.collectives
-    factor = bus_factor(op, n)
+    factor = bus_factor(op, n) * concurrent
     eff = col.efficiency.get(op, 1.0)
     base = col.launch_s + col.extra_latency_s.get(op, 0.0)
     if _table_for(hw, op, n, scope) is not None:
