@@ -1,0 +1,144 @@
+"""all_gather, reduce_scatter and all_reduce over message sizes for one process group, in
+nccl-tests conventions: S is the full (unsharded) buffer, busbw = factor * S / t."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from scipy.optimize import nnls
+
+from osdp_sim.profiler.device import Device
+from osdp_sim.profiler.timing import Progress, Repeats, time_calls
+
+OPS = ("all_gather", "reduce_scatter", "all_reduce")
+ELEMENT_BYTES = 4            # fp32 buffers: what FSDP's reduce dtype is; all_gather does not care
+
+# The *_single names replace the *_tensor ones in newer torch (the old ones warn there).
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def busbw_factor(op: str, group_size: int) -> float:
+    n = group_size
+    return 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
+@dataclass(frozen=True)
+class CollectivePoint:
+    op: str
+    group_size: int
+    scope: str                # intra | inter
+    size_bytes: int           # full buffer S
+    seconds: float
+    spread: float
+
+    @property
+    def busbw_bytes_per_s(self) -> float:
+        return busbw_factor(self.op, self.group_size) * self.size_bytes / self.seconds
+
+
+def message_sizes(max_bytes: int, quick: bool, min_bytes: int = 4096) -> list[int]:
+    """4 KiB, then x4 (x16 when quick) up to max_bytes; max_bytes itself is always the last size."""
+    step = 16 if quick else 4
+    sizes, s = [], min_bytes
+    while s < max_bytes:
+        sizes.append(s)
+        s *= step
+    sizes.append(max(max_bytes, min_bytes))
+    return sizes
+
+
+def group_sizes(world: int) -> list[int]:
+    """2, 4, 8, ... up to the world size, and the world size itself."""
+    sizes, g = [], 2
+    while g < world:
+        sizes.append(g)
+        g *= 2
+    return sizes + [world] if world >= 2 else []
+
+
+def collective_call(op: str, size_bytes: int, group_size: int, group, device: Device):
+    """A no-argument function that runs one collective on zero-filled fp32 buffers (zeros stay
+    zeros under repeated sums), and the buffer size S it actually moves."""
+    elems = max(group_size, size_bytes // ELEMENT_BYTES // group_size * group_size)
+    shard = elems // group_size
+    dev = device.torch_device
+    if op == "all_reduce":
+        buf = torch.zeros(elems, device=dev)
+        fn = lambda: dist.all_reduce(buf, group=group)            # noqa: E731
+    elif op == "all_gather":
+        out, inp = torch.zeros(elems, device=dev), torch.zeros(shard, device=dev)
+        fn = lambda: _all_gather(out, inp, group=group)            # noqa: E731
+    elif op == "reduce_scatter":
+        # gloo wants a 1-D input whose length is world * output length.
+        out, inp = torch.zeros(shard, device=dev), torch.zeros(elems, device=dev)
+        fn = lambda: _reduce_scatter(out, inp, group=group)        # noqa: E731
+    else:
+        raise ValueError(f"unknown collective {op!r}")
+    return fn, elems * ELEMENT_BYTES
+
+
+def agree_on_max(group, device: Device):
+    """A time_calls `agree` hook: the largest of each count over the group's members."""
+    def agree(counts: list[int]) -> list[int]:
+        t = torch.tensor(counts, dtype=torch.int64, device=device.torch_device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return [int(v) for v in t.tolist()]
+    return agree
+
+
+def collective_repeats(repeats: Repeats, size_bytes: int) -> Repeats:
+    """One call per sample (scheduler hiccups on a shared CPU hit single calls, and the median
+    of single calls ignores them), many samples for fast calls, fewer warm-ups for huge ones."""
+    big = size_bytes >= (64 << 20)
+    return Repeats(warmup=min(repeats.warmup, 1) if big else repeats.warmup,
+                   samples=max(3, repeats.samples - 2) if big else repeats.samples,
+                   min_sample_s=0.0, budget_s=repeats.budget_s, max_samples=max(repeats.samples, 100))
+
+
+def sweep(device: Device, group, group_size: int, scope: str, sizes: list[int], repeats: Repeats,
+          progress: Progress) -> list[CollectivePoint]:
+    """Every op at every size on this group. Every member must call it with the same arguments."""
+    points, total, i = [], len(OPS) * len(sizes), 0
+    for op in OPS:
+        for size in sizes:
+            i += 1
+            fn, actual = collective_call(op, size, group_size, group, device)
+            t = time_calls(fn, device.sync, collective_repeats(repeats, actual), agree_on_max(group, device))
+            p = CollectivePoint(op, group_size, scope, actual, t.median_s, t.spread)
+            progress(f"collectives n={group_size}", i, total, f"{op} {actual} B: {t.median_s * 1e3:.3f} ms, "
+                     f"busbw {p.busbw_bytes_per_s / 1e9:.3f} GB/s (spread {t.spread:.1%})")
+            points.append(p)
+            del fn
+    return points
+
+
+def measure_collective_launch(device: Device, group, group_size: int, repeats: Repeats) -> dict[str, float]:
+    """Seconds per call of each op on one element per rank: the fixed cost of a collective."""
+    out = {}
+    for op in OPS:
+        fn, _ = collective_call(op, group_size * ELEMENT_BYTES, group_size, group, device)
+        out[op] = time_calls(fn, device.sync, collective_repeats(repeats, 0), agree_on_max(group, device)).median_s
+    return out
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    latency_s: float
+    busbw_bytes_per_s: float
+    max_relative_error: float     # worst |fit - measured| / measured over the points fitted
+
+
+def fit_alpha_beta(points: list[CollectivePoint]) -> AlphaBeta:
+    """t = latency + factor * S / busbw, least squares in relative error, both terms >= 0."""
+    if not points:
+        raise ValueError("no collective points to fit")
+    t = np.array([p.seconds for p in points])
+    volume = np.array([busbw_factor(p.op, p.group_size) * p.size_bytes for p in points])
+    a = np.column_stack([1.0 / t, volume / t])
+    (alpha, inv_beta), _ = nnls(a, np.ones_like(t))
+    if inv_beta <= 0:
+        inv_beta = 1.0 / max(p.busbw_bytes_per_s for p in points)
+    fitted = alpha + volume * inv_beta
+    return AlphaBeta(float(alpha), float(1.0 / inv_beta), float(np.max(np.abs(fitted - t) / t)))
