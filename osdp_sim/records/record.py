@@ -175,8 +175,9 @@ def record_name(record: dict) -> str:
     d = {k: v for k, v in plan.items() if k != "notes"}
     h = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
     model = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(record["model"]["name"]))
+    cap = f"-cap{s['mem_cap_bytes']}" if s.get("mem_cap_bytes") else ""
     return (f"{model}-{h}-{env['backend']}-{env['device_kind']}-n{env['world_size']}"
-            f"-t{env['threads_per_rank']}-w{s['warmup']}-i{s['iters']}-s{s['seed']}.json")
+            f"-t{env['threads_per_rank']}-w{s['warmup']}-i{s['iters']}-s{s['seed']}{cap}.json")
 
 
 def save_record(record: dict, folder: str | os.PathLike) -> Path:

@@ -72,13 +72,31 @@ def available_cores() -> int:
 
 def run_env(rank_env: dict, *, world: int, threads: int, ranks_per_node: int) -> dict:
     """The record's `env` block: what rank 0 saw plus how the run was laid out."""
-    env = dict(rank_env)
+    env = _env_defaults(rank_env.get("device_kind", "cpu"), rank_env.get("backend", "fsdp2"))
+    env.update({k: v for k, v in rank_env.items() if v is not None or k not in env})
     env["world_size"] = world
     env["threads_per_rank"] = threads
     env.setdefault("cores", available_cores())
     env["oversubscribed"] = ranks_per_node * threads > env["cores"] if env.get("device_kind") == "cpu" \
         else False
     return env
+
+
+def _env_defaults(device_kind: str, backend: str) -> dict:
+    """What the launcher can tell without torch (used when no rank got far enough to say)."""
+    import platform
+    from importlib import metadata
+
+    def version(dist):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+    torch_version = version("torch")
+    return {"torch": torch_version, "backend": backend,
+            "backend_version": version("fairscale") if backend == "fairscale" else torch_version,
+            "device_kind": device_kind, "device_name": "unknown", "cores": available_cores(),
+            "hostname": socket.gethostname(), "python": platform.python_version()}
 
 
 # ---------------------------------------------------------------- launching

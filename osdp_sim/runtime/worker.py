@@ -284,8 +284,8 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
         progress(rank, f"memory step done (tracked peak {mem['tracker_peak_bytes']} bytes)")
 
         if device_kind == "cpu" and spec.get("mem_cap_bytes"):
-            peaks = torch.tensor([float(mem["tracker_peak_bytes"] or 0)])
-            everyone = [torch.zeros(1) for _ in range(world)]
+            peaks = torch.tensor([float(mem["tracker_peak_bytes"] or 0)], dtype=torch.float64)
+            everyone = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
             dist.all_gather(everyone, peaks)
             over = [r for r, t in enumerate(everyone) if t.item() > spec["mem_cap_bytes"]]
             if over:

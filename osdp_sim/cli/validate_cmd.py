@@ -1,0 +1,196 @@
+"""osdp-sim validate: run a plan for real on N ranks and record measured beside predicted."""
+
+import os
+import shutil
+import sys
+
+from osdp_sim.cli.common import add_model_args, byte_size, positive_int
+from osdp_sim.errors import UserError
+from osdp_sim.units import format_bytes, format_seconds
+
+HELP = "run a plan for real (N ranks, gloo on CPU or NCCL on GPU) and record measured vs predicted"
+
+EXIT_FAILED = 1
+EXIT_OOM = 3
+
+
+def add_arguments(p) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--plan", help="a plan file (from osdp-sim search -o)")
+    src.add_argument("--strategy", choices=("ddp", "zero2", "zero3"),
+                     help="run a uniform plan instead (with --model and --micro-batch)")
+    p.add_argument("--hw", required=True,
+                   help="hardware profile for the prediction: a YAML path or a shipped name")
+    add_model_args(p, required=False)
+    p.add_argument("--micro-batch", type=positive_int, help="micro-batch per rank (with --strategy)")
+    p.add_argument("--grad-accum", type=positive_int, default=1, help="with --strategy")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16", help="with --strategy")
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw", help="with --strategy")
+    p.add_argument("--checkpoint", action="store_true", help="with --strategy: checkpoint every block")
+    p.add_argument("--nproc", type=positive_int,
+                   help="ranks to start (default and required: the plan's device count)")
+    p.add_argument("--device", choices=("cpu", "cuda"),
+                   help="where to run (default: the profile's device kind)")
+    p.add_argument("--backend", choices=("fsdp2", "fairscale"), default="fsdp2")
+    p.add_argument("--warmup", type=_nonneg_int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--iters", type=positive_int, default=10, help="timed steps (default 10)")
+    p.add_argument("--seed", type=_nonneg_int, default=0, help="model init and token seed (default 0)")
+    p.add_argument("--threads", type=positive_int,
+                   help="torch threads per rank (default: cores // ranks, at least 1)")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds before every rank is stopped and the run counts as timeout (default 300)")
+    p.add_argument("--mem-cap", type=byte_size,
+                   help="per-rank memory cap (e.g. 200MiB): on CPU the run is 'oom' when the tracked "
+                        "peak exceeds it; on GPU it is enforced with set_per_process_memory_fraction")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("-o", "--output", help="write the record to this file")
+    out.add_argument("--records-dir", default="records",
+                     help="folder for the record, named from the plan hash and settings (default ./records)")
+    p.add_argument("--run-dir", help="keep the per-rank logs and results here (default: a temporary "
+                                     "folder, removed after a successful run)")
+
+
+def _nonneg_int(text: str) -> int:
+    import argparse
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return v
+
+
+def _plan(args, hw, nproc_default: int):
+    from osdp_sim.plan import load_plan, uniform_plan
+    if args.plan:
+        plan = load_plan(args.plan)
+    else:
+        if not args.model:
+            raise UserError("give --model with --strategy (or a --plan file)", field="--model")
+        if not args.micro_batch:
+            raise UserError("give --micro-batch with --strategy", field="--micro-batch")
+        from osdp_sim.model.load import load_model_config
+        cfg = load_model_config(args.model, seq_len=args.seq_len)
+        plan = uniform_plan(cfg, args.strategy, devices=args.nproc or nproc_default,
+                            micro_batch=args.micro_batch, checkpoint=args.checkpoint,
+                            grad_accum=args.grad_accum, precision=args.precision,
+                            optimizer=args.optimizer, notes={"made_by": "osdp-sim validate --strategy"})
+    nproc = args.nproc or plan.devices
+    if nproc != plan.devices:
+        raise UserError(f"--nproc {nproc} but the plan is for {plan.devices} devices; run with --nproc "
+                        f"{plan.devices}, or make a plan for {nproc} devices (osdp-sim search ... "
+                        f"--gpus {nproc} -o plan.json)", source=args.plan, field="devices")
+    return plan
+
+
+def predict(plan, hw) -> dict | None:
+    """The cost model's prediction for this plan on the profile (None if it cannot say)."""
+    from osdp_sim.costmodel import estimate
+    from osdp_sim.model.spec import build_spec
+    from osdp_sim.records import predicted_from_estimate
+    if hw.device.count != plan.devices:
+        hw = hw.with_devices(plan.devices)
+    return predicted_from_estimate(estimate(build_spec(plan.model), hw, plan))
+
+
+def run(args) -> int:
+    from osdp_sim.hardware.load import load_profile, resolve_profile_path
+    from osdp_sim.plan import plan_to_dict
+    from osdp_sim.runtime import launch as launcher
+
+    torchrun = launcher.under_torchrun()
+    world = int(os.environ["WORLD_SIZE"]) if torchrun else None
+    hw = load_profile(args.hw)
+    hw_info = {"name": hw.name, "path": str(resolve_profile_path(args.hw))}
+    plan = _plan(args, hw, world or hw.device.count)
+    if torchrun and plan.devices != world:
+        raise UserError(f"torchrun started {world} ranks but the plan is for {plan.devices} devices",
+                        source=args.plan, field="devices")
+    device = args.device or hw.device.kind
+    if plan.devices > hw.device.count:
+        print(f"osdp-sim validate: note: the profile {hw.name!r} describes {hw.device.count} devices; "
+              f"predicting for {plan.devices}", file=sys.stderr)
+    predicted = predict(plan, hw)
+    ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if torchrun else plan.devices
+    threads = args.threads or max(1, launcher.available_cores() // ranks_per_node)
+    spec = {"plan": plan_to_dict(plan), "backend": args.backend, "device": device,
+            "warmup": args.warmup, "iters": args.iters, "seed": args.seed, "threads_per_rank": threads,
+            "mem_cap_bytes": args.mem_cap, "timeout_s": args.timeout}
+    if device == "cpu" and plan.devices * threads > launcher.available_cores() and not torchrun:
+        print(f"osdp-sim validate: note: {plan.devices} ranks x {threads} threads on "
+              f"{launcher.available_cores()} cores is oversubscribed; times will be noisy and slow "
+              "(the record says so)", file=sys.stderr)
+
+    if torchrun:
+        if args.run_dir:
+            spec["run_dir"] = args.run_dir
+        outcome = launcher.run_in_process(spec)
+        if outcome is None:
+            return 0                                   # not rank 0: rank 0 writes the record
+    else:
+        outcome = launcher.launch(spec, plan.devices, timeout_s=args.timeout, run_dir=args.run_dir)
+
+    record, path = _write_record(args, outcome, plan, hw_info, spec, predicted)
+    if outcome.status == "ok":
+        print(format_record(record))
+        print(f"record     {path}")
+        if not args.run_dir and not torchrun:
+            shutil.rmtree(outcome.run_dir, ignore_errors=True)
+        return 0
+    f = outcome.failure or {}
+    logs = f"; rank logs in {outcome.run_dir}" if outcome.run_dir else ""
+    print(f"osdp-sim validate: {outcome.status}: {f.get('reason', 'unknown')} (record: {path}{logs})",
+          file=sys.stderr)
+    return EXIT_OOM if outcome.status == "oom" else EXIT_FAILED
+
+
+def _write_record(args, outcome, plan, hw_info, spec, predicted):
+    from osdp_sim.records import build_record, save_record, save_record_as
+    settings = {"warmup": args.warmup, "iters": args.iters, "seed": args.seed,
+                "timeout_s": args.timeout, "mem_cap_bytes": args.mem_cap}
+    record = build_record(status=outcome.status, run_id=outcome.run_id, plan=plan,
+                          hardware_profile=hw_info, env=outcome.env, settings=settings,
+                          rank_results=outcome.rank_results, predicted=predicted,
+                          failure=outcome.failure)
+    path = save_record_as(record, args.output) if args.output else save_record(record, args.records_dir)
+    return record, path
+
+
+def format_record(record: dict) -> str:
+    m, p, e, env = record["measured"], record["predicted"] or {}, record["errors"] or {}, record["env"]
+    t = m["iteration_time_s"]
+    plan = record["plan"]
+    over = " (oversubscribed)" if env["oversubscribed"] else ""
+    lines = [
+        f"run        {record['model']['name']}: {env['world_size']} ranks x {env['threads_per_rank']} "
+        f"thread(s) on {env['device_kind']} ({env['device_name']}, {env['cores']} cores){over}, "
+        f"{env['backend']}, micro-batch {plan['micro_batch']} x accum {plan['grad_accum']}",
+        f"steps      {record['settings']['warmup']} warmup + 1 memory + {record['settings']['iters']} timed",
+        "",
+        f"{'':22}{'measured':>14}{'predicted':>14}{'error':>10}",
+        f"{'iteration time':22}{format_seconds(t['mean']):>14}{_fmt(p.get('iteration_time_s'), format_seconds):>14}"
+        f"{_pct(e.get('iteration_time_rel')):>10}",
+        f"{'  median / std':22}{format_seconds(t['median']):>14}  std {format_seconds(t['std'])}"
+        f" ({t['std'] / t['mean'] * 100:.1f}%), min {format_seconds(t['min'])}, max {format_seconds(t['max'])}",
+        f"{'peak memory (tracked)':22}{_fmt(m['peak_memory_bytes'], format_bytes):>14}"
+        f"{_fmt(p.get('peak_memory_bytes'), format_bytes):>14}{_pct(e.get('peak_memory_rel')):>10}",
+    ]
+    rss = [r["rss_hwm_bytes"] for r in m["memory"]["per_rank"] if r.get("rss_hwm_bytes")]
+    if rss:
+        lines.append(f"{'process RSS high-water':22}{format_bytes(max(rss)):>14}   (whole process, secondary)")
+    cuda = [r["cuda_max_reserved_bytes"] for r in m["memory"]["per_rank"] if r.get("cuda_max_reserved_bytes")]
+    if cuda:
+        lines.append(f"{'cuda max reserved':22}{format_bytes(max(cuda)):>14}")
+    losses = m["losses"]["mean"]
+    if losses:
+        lines.append(f"{'loss':22}{losses[0]:>14.4f} -> {losses[-1]:.4f} (mean over ranks, first -> last step)")
+    return "\n".join(lines)
+
+
+def _fmt(v, f):
+    return "-" if v is None else f(v)
+
+
+def _pct(v):
+    return "-" if v is None else f"{v * 100:+.1f}%"

@@ -1,0 +1,218 @@
+"""Real multi-process validation runs (gloo, 2 ranks, a 2-layer hidden-64 GPT): an ok record with
+measurements and predictions, OOM by the memory cap, a killed rank, a hung rank, an interrupted
+launcher, and never a process left behind."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from osdp_sim.cli.main import main
+from osdp_sim.model.config import ModelConfig
+from osdp_sim.model.spec import build_spec
+from osdp_sim.plan import plan_to_dict, save_plan, uniform_plan
+from osdp_sim.records import build_record, load_record, save_record
+from osdp_sim.runtime.launch import available_cores, launch
+
+pytestmark = pytest.mark.slow
+
+CFG = ModelConfig(name="tiny", family="gpt2", n_layers=2, hidden=64, n_heads=2, vocab_size=256,
+                  seq_len=32)
+PLAN = uniform_plan(CFG, "zero3", devices=2, micro_batch=2, precision="fp32")
+
+CPU_PROFILE = """\
+schema: osdp-sim/hardware
+version: 1
+name: test-cpu
+description: a round-number 2-core CPU profile for tests
+device: {kind: cpu, name: test cpu, count: 2, per_node: 2, memory_gib: 8, usable_memory_gib: 8}
+compute:
+  peak_tflops: {fp32: 0.05, bf16: 0.05}
+  gemm_efficiency: {fp32: [[0.001, 0.5], [1, 0.5]], bf16: [[0.001, 0.5], [1, 0.5]]}
+  memory_bandwidth_gbps: 10
+  bandwidth_efficiency: 0.5
+  backward_forward_ratio: 2.0
+  kernel_launch_us: 10
+collectives:
+  launch_us: 50
+  intra_node: {latency_us: 200, busbw_gbps: 1.0}
+overlap: {slowdown: 1.0}
+memory: {context_mib: 0, fragmentation: 0.0}
+"""
+
+
+@pytest.fixture
+def files(tmp_path):
+    hw = tmp_path / "cpu.yaml"
+    hw.write_text(CPU_PROFILE)
+    plan = tmp_path / "plan.json"
+    save_plan(PLAN, plan)
+    return hw, plan
+
+
+def processes_with(text: str) -> list[int]:
+    """Live processes whose command line contains `text` (no psutil: /proc)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if text.encode() in (d / "cmdline").read_bytes():
+                out.append(int(d.name))
+        except OSError:
+            pass
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Exists and is not a zombie (an orphan waiting for init to reap it is already dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def assert_all_gone(pids, run_id):
+    assert [p for p in pids if alive(p)] == []
+    assert processes_with(run_id) == []
+
+
+def spec(**kw):
+    s = dict(plan=plan_to_dict(PLAN), backend="fsdp2", device="cpu", warmup=1, iters=3, seed=0,
+             threads_per_rank=1, mem_cap_bytes=None)
+    s.update(kw)
+    return s
+
+
+def test_validate_writes_an_ok_record_with_measured_and_predicted(files, tmp_path, capsys):
+    hw, plan = files
+    out = tmp_path / "rec.json"
+    rc = main(["validate", "--plan", str(plan), "--hw", str(hw), "--warmup", "1", "--iters", "3",
+               "--timeout", "180", "-o", str(out)])
+    assert rc == 0
+    assert "iteration time" in capsys.readouterr().out
+    rec = load_record(out)
+    d = rec.data
+    assert rec.status == "ok" and d["failure"] is None
+    assert d["env"]["world_size"] == 2
+    assert d["env"]["threads_per_rank"] == max(1, available_cores() // 2)
+    assert d["env"]["oversubscribed"] is False
+    t = d["measured"]["iteration_time_s"]
+    assert [len(x) for x in t["per_rank"]] == [3, 3]
+    assert 0 < t["min"] <= t["median"] <= t["max"] and t["min"] <= t["mean"] <= t["max"]
+
+    # ZeRO-3 of 118,528 fp32 parameters over 2 ranks: each rank's AdamW holds two moments of
+    # its half (474,112 bytes) plus a 4-byte step per parameter tensor.
+    params = build_spec(CFG).param_count
+    assert params == 16384 + 2048 + 2 * 49984 + 128
+    for r in d["measured"]["memory"]["per_rank"]:
+        opt = r["tracker_breakdown"]["Optstate"]
+        assert 2 * params * 4 / 2 <= opt <= 2 * params * 4 / 2 + 4 * 64
+        assert r["tracker_peak_bytes"] == r["tracker_breakdown"]["Total"]
+        assert r["rss_hwm_bytes"] > r["tracker_peak_bytes"]
+    assert d["measured"]["peak_memory_bytes"] == max(r["tracker_peak_bytes"]
+                                                     for r in d["measured"]["memory"]["per_rank"])
+
+    losses = d["measured"]["losses"]
+    assert losses["phases"] == ["warmup", "memory", "timed", "timed", "timed"]
+    assert all(len(x) == 5 and all(math.isfinite(v) for v in x) for x in losses["per_rank"])
+    assert abs(losses["per_rank"][0][0] - math.log(256)) < 0.3     # small init: near-uniform logits
+    assert losses["per_rank"][0][0] != losses["per_rank"][1][0]      # each rank its own tokens
+
+    p = d["predicted"]
+    assert p["iteration_time_s"] > 0 and p["peak_memory_bytes"] > 0
+    assert d["errors"]["iteration_time_rel"] == pytest.approx(
+        (p["iteration_time_s"] - t["mean"]) / t["mean"])
+    assert d["errors"]["peak_memory_rel"] == pytest.approx(
+        (p["peak_memory_bytes"] - d["measured"]["peak_memory_bytes"]) / d["measured"]["peak_memory_bytes"])
+    assert_all_gone([], d["run_id"])
+
+
+def test_memory_cap_gives_an_oom_record(files, tmp_path, capsys):
+    hw, plan = files
+    out = tmp_path / "oom.json"
+    rc = main(["validate", "--plan", str(plan), "--hw", str(hw), "--warmup", "1", "--iters", "3",
+               "--mem-cap", "100KiB", "--timeout", "180", "-o", str(out)])
+    assert rc == 3
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("osdp-sim validate: oom:") and "exceeds the cap of 102400 bytes" in err
+    d = load_record(out).data
+    assert d["status"] == "oom" and d["settings"]["mem_cap_bytes"] == 102400
+    assert d["measured"]["peak_memory_bytes"] > 102400             # what the memory step reached
+    assert d["measured"]["iteration_time_s"]["mean"] is None        # no timed step ran
+    assert_all_gone([], d["run_id"])
+
+
+def test_killed_rank_fails_the_run_and_names_it(tmp_path):
+    t0 = time.monotonic()
+    out = launch(spec(), 2, timeout_s=120, run_dir=str(tmp_path / "run"), echo=None,
+                 extra_env={"OSDP_SIM_FAULT": "kill:1:2"})
+    assert time.monotonic() - t0 < 60
+    assert out.status == "failed"
+    assert out.failure["rank"] == 1 and out.failure["exit_code"] == -signal.SIGKILL
+    assert "killed by signal SIGKILL" in out.failure["reason"]
+    assert "test fault 'kill' at step 2" in out.failure["stderr_tail"]
+    assert_all_gone(out.pids, out.run_id)
+    rec = build_record(status=out.status, run_id=out.run_id, plan=PLAN,
+                       hardware_profile={"name": "test-cpu", "path": "cpu.yaml"}, env=out.env,
+                       settings={"warmup": 1, "iters": 3, "seed": 0}, rank_results=out.rank_results,
+                       predicted=None, failure=out.failure)
+    assert load_record(save_record(rec, tmp_path)).data["failure"]["rank"] == 1
+
+
+def test_hung_rank_times_out_and_every_rank_is_stopped(tmp_path):
+    timeout_s = 20
+    t0 = time.monotonic()
+    out = launch(spec(), 2, timeout_s=timeout_s, grace_s=2, run_dir=str(tmp_path / "run"), echo=None,
+                 extra_env={"OSDP_SIM_FAULT": "hang:1:2"})
+    assert time.monotonic() - t0 < timeout_s + 15
+    assert out.status == "timeout"
+    assert out.failure["rank"] == 1, out.failure["reason"]
+    assert "rank 1 is stuck outside any collective" in out.failure["reason"]
+    assert "apply_fault" in out.failure["stderr_tail"]           # its stack, dumped on SIGUSR1
+    assert_all_gone(out.pids, out.run_id)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_stopping_the_launcher_stops_every_rank(tmp_path, sig):
+    run_id = f"interrupt-test-{sig.name}-{os.getpid()}"
+    run_dir = tmp_path / "run"
+    code = textwrap.dedent(f"""
+        import json, sys
+        from osdp_sim.runtime.launch import launch
+        spec = json.loads(sys.argv[1])
+        launch(spec, 2, timeout_s=300, run_dir={str(run_dir)!r}, echo=None)
+    """)
+    launcher = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec(run_id=run_id))],
+                                stderr=subprocess.DEVNULL, env=dict(os.environ, OSDP_SIM_FAULT="hang:1:0"))
+    deadline = time.monotonic() + 120
+    while not all("started" in _read(run_dir / f"rank{r}.log") for r in range(2)):
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.2)
+    ranks = [p for p in processes_with(run_id) if p != launcher.pid]   # its argv holds the id too
+    assert len(ranks) == 2
+    launcher.send_signal(sig)
+    launcher.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while processes_with(run_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert_all_gone(ranks, run_id)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
