@@ -1,0 +1,82 @@
+"""Plan files: round trip, and malformed files give one clear line naming file and field."""
+
+import json
+
+import pytest
+
+from osdp_sim.errors import UserError
+from osdp_sim.model import load_model_config
+from osdp_sim.plan import GroupChoice, load_plan, plan_to_dict, save_plan, uniform_plan
+
+CFG = load_model_config("gpt2-tiny")
+
+
+def _good() -> dict:
+    plan = uniform_plan(CFG, "zero3", devices=2, micro_batch=4, checkpoint=True)
+    choices = dict(plan.choices)
+    choices["block1.mlp"] = GroupChoice("ddp", 4, 2)
+    return plan_to_dict(plan.with_choices(choices=choices))
+
+
+def test_round_trip(tmp_path):
+    plan = uniform_plan(CFG, "zero2", devices=2, micro_batch=3, grad_accum=2, precision="fp32")
+    save_plan(plan, tmp_path / "p.json")
+    assert load_plan(tmp_path / "p.json") == plan
+    d = _good()
+    (tmp_path / "q.json").write_text(json.dumps(d))
+    q = load_plan(tmp_path / "q.json")
+    assert q.choices["block1.mlp"] == GroupChoice("ddp", 4, 2)
+    assert q.checkpoint == (True,) * 4
+
+
+def test_group_given_as_plain_strategy_name(tmp_path):
+    d = _good()
+    d["groups"]["block0.attn"] = "ddp"
+    (tmp_path / "p.json").write_text(json.dumps(d))
+    assert load_plan(tmp_path / "p.json").choices["block0.attn"] == GroupChoice("ddp")
+
+
+def _mut(fn):
+    d = _good()
+    fn(d)
+    return d
+
+
+BAD = [
+    ("not json", "{oops", "line 1"),
+    ("not an object", "[1, 2]", "JSON object"),
+    ("wrong format", _mut(lambda d: d.update(format="other")), "format"),
+    ("wrong version", _mut(lambda d: d.update(version=7)), "version"),
+    ("unknown key", _mut(lambda d: d.update(speed=3)), "speed"),
+    ("missing groups", _mut(lambda d: d.pop("groups")), "groups"),
+    ("missing model", _mut(lambda d: d.pop("model")), "model"),
+    ("zero devices", _mut(lambda d: d.update(devices=0)), "devices"),
+    ("string micro-batch", _mut(lambda d: d.update(micro_batch="4")), "micro_batch"),
+    ("shard group not dividing", _mut(lambda d: d.update(shard_group=3, devices=4)), "shard_group"),
+    ("bad precision", _mut(lambda d: d.update(precision="fp8")), "precision"),
+    ("bad optimizer", _mut(lambda d: d.update(optimizer="lamb")), "optimizer"),
+    ("bad strategy", _mut(lambda d: d["groups"].update({"block0.attn": "zero4"})), "groups.block0.attn.strategy"),
+    ("bad slices", _mut(lambda d: d["groups"].update({"block0.attn": {"strategy": "ddp", "slices": 3, "sharded_slices": 1}})), "slices"),
+    ("too many sharded", _mut(lambda d: d["groups"].update({"block0.attn": {"strategy": "ddp", "slices": 2, "sharded_slices": 5}})), "sharded_slices"),
+    ("split root", _mut(lambda d: d["groups"].update({"root": {"strategy": "zero3", "slices": 2}})), "root"),
+    ("missing group", _mut(lambda d: d["groups"].pop("block2.mlp")), "block2.mlp"),
+    ("extra group", _mut(lambda d: d["groups"].update({"block9.attn": "ddp"})), "block9.attn"),
+    ("checkpoint out of range", _mut(lambda d: d.update(checkpoint=[0, 7])), "checkpoint"),
+    ("bad model field", _mut(lambda d: d["model"].update(hidden=-1)), "hidden"),
+    ("unknown model field", _mut(lambda d: d["model"].update(colour=1)), "colour"),
+]
+
+
+@pytest.mark.parametrize("name,content,needle", BAD, ids=[b[0] for b in BAD])
+def test_malformed_plan_files(tmp_path, name, content, needle):
+    f = tmp_path / "plan.json"
+    f.write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(UserError) as e:
+        load_plan(f)
+    msg = str(e.value)
+    assert str(f) in msg and needle in msg and "\n" not in msg
+
+
+def test_missing_plan_file(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_plan(tmp_path / "nope.json")
