@@ -23,6 +23,7 @@ def add_arguments(p) -> None:
     p.add_argument("--shard-group", type=positive_int, help="hybrid sharding: shard within groups of this size")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--timeline", action="store_true", help="with --json: include the simulated task timeline")
+    p.add_argument("--plot", help="write the simulated timeline and the plan strip to this PNG (and SVG)")
 
 
 def _plan(args, hw):
@@ -55,6 +56,10 @@ def run(args) -> int:
     plan, hw = _plan(args, hw)
     spec = build_spec(plan.model)
     est = estimate(spec, hw, plan)
+    if args.plot:
+        from osdp_sim.viz.timeline import plot_step
+        plot_step(est, plan, args.plot, title=f"{spec.name} on {hw.name} x{plan.devices}: "
+                  f"{est.iteration_time_s * 1e3:.1f} ms per step, peak {est.peak_memory_bytes / 2**30:.2f} GiB")
     if args.json:
         out = est.to_dict(timeline=args.timeline)
         out["model"] = spec.name
