@@ -1,0 +1,273 @@
+"""The OSDP paper's search, reimplemented cleanly: a multiple-choice knapsack DP over
+(item, memory in 1 MiB steps, choice), run once per batch setting, keeping the plan of highest
+throughput (the public prototype kept the smallest time per iteration, so it always picked the
+smallest batch).
+
+The DP needs an additive model: peak memory = base + sum of per-item memory, iteration time =
+base + sum of per-item time. The items are the root group (embedding and head) and every
+transformer block; a block's choice is (attention choice, MLP choice, checkpointed?). Per-item
+costs come from the full cost model by differencing estimate() of uniform plans, in one batch
+setting (micro-batch, accumulation, shard group):
+
+  * reference plan R: every block on the first block choice, root on the reference root strategy;
+    R at L and at L + 1 layers gives the marginal cost of one block, m_R = cost(L + 1) - cost(L),
+    and the part that is no block's: base = cost_R(L) - L * m_R;
+  * each block choice c: U_c = every block on c; its per-block cost is (cost(U_c) - base) / L, so
+    the DP reproduces every uniform plan exactly;
+  * each root choice r: cost(R with root r) - cost(R), shifted so that the cheapest is 0.
+
+Memory per item is rounded up to whole MiB (so the DP never under-counts the additive model), the
+budget is rounded down. The real peak is a liveness maximum and the real time a two-stream
+schedule, not sums, so the DP's plan is evaluated again with the full model: that is the result
+reported, and a plan that the additive model thinks fits but the full model does not is
+discarded. This module is the baseline and the benchmark opponent of the exact search (bnb.py).
+"""
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from osdp_sim.costmodel import Estimate, estimate
+from osdp_sim.hardware.profile import HardwareProfile
+from osdp_sim.model.config import with_overrides
+from osdp_sim.model.spec import ModelSpec, build_spec
+from osdp_sim.plan.plan import GroupChoice, Plan
+
+MiB = 2**20
+
+
+@dataclass(frozen=True, order=True)
+class BlockChoice:
+    attn: GroupChoice
+    mlp: GroupChoice
+    checkpoint: bool = False
+
+    def label(self) -> str:
+        ck = ", checkpointed" if self.checkpoint else ""
+        return f"attn {self.attn.label()}, mlp {self.mlp.label()}{ck}"
+
+
+def paper_block_choices(checkpoint: bool = False) -> tuple[BlockChoice, ...]:
+    """The paper's four per-block strategies: {attention sharded?} x {MLP sharded?}. Its
+    "replicated" operator still sat inside the root FSDP wrapper, i.e. ZeRO-2, not DDP."""
+    opts = (GroupChoice("zero2"), GroupChoice("zero3"))
+    return tuple(BlockChoice(a, m, checkpoint) for a, m in itertools.product(opts, opts))
+
+
+def full_block_choices(group_choices, checkpoint_options) -> tuple[BlockChoice, ...]:
+    """Every (attention, MLP, checkpoint) combination of the search space's group choices."""
+    return tuple(BlockChoice(a, m, bool(k)) for k in checkpoint_options
+                 for a, m in itertools.product(group_choices, group_choices))
+
+
+# ---------------------------------------------------------------- the DP itself
+
+@dataclass(frozen=True)
+class DPSolution:
+    choices: tuple[int, ...]          # chosen index per item
+    time_s: float                     # sum of the chosen items' times
+    memory_mib: int                   # sum of the chosen items' weights
+    best_time_by_budget_s: np.ndarray = field(repr=False, compare=False)   # final row: budget m -> best time
+
+
+def knapsack_dp(weights_mib: list, times_s: list, budget_mib: int) -> DPSolution | None:
+    """Multiple-choice knapsack: one choice per item, total weight <= budget_mib, least total time.
+
+    f[m] = least time of the items so far with total weight at most m; each item replaces f by
+    g[m] = min_c f[m - w_c] + t_c. O(items * budget * choices), vectorised over m. Returns None
+    when no combination fits.
+    """
+    if budget_mib < 0:
+        return None
+    size = int(budget_mib) + 1
+    f = np.zeros(size)
+    picks = []
+    for w_item, t_item in zip(weights_mib, times_s):
+        w_item = np.asarray(w_item, dtype=np.int64)
+        t_item = np.asarray(t_item, dtype=float)
+        if (w_item < 0).any():
+            raise ValueError("knapsack weights must be >= 0")
+        g = np.full(size, np.inf)
+        arg = np.full(size, -1, dtype=np.int32)
+        for c, (w, t) in enumerate(zip(w_item, t_item)):
+            if w >= size:
+                continue
+            cand = f[:size - w] + t
+            better = cand < g[w:]
+            g[w:][better] = cand[better]
+            arg[w:][better] = c
+        f = g
+        picks.append(arg)
+    if not np.isfinite(f[-1]):
+        return None
+    chosen = []
+    m = size - 1
+    for item in range(len(picks) - 1, -1, -1):
+        c = int(picks[item][m])
+        chosen.append(c)
+        m -= int(np.asarray(weights_mib[item])[c])
+    chosen.reverse()
+    used = sum(int(np.asarray(weights_mib[i])[c]) for i, c in enumerate(chosen))
+    total = sum(float(np.asarray(times_s[i])[c]) for i, c in enumerate(chosen))
+    return DPSolution(tuple(chosen), total, used, f)
+
+
+# ---------------------------------------------------------------- costs from the cost model
+
+@dataclass(frozen=True)
+class Setting:
+    """Everything a plan fixes besides the per-group choices: one iteration of the batch loop."""
+
+    devices: int
+    micro_batch: int
+    grad_accum: int
+    shard_group: int
+    precision: str
+    optimizer: str
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.devices * self.micro_batch * self.grad_accum
+
+
+def make_plan(spec: ModelSpec, setting: Setting, root: str, blocks) -> Plan:
+    """A plan from one root strategy and one BlockChoice per block (a sequence, or one for all)."""
+    n = spec.config.n_layers
+    if isinstance(blocks, BlockChoice):
+        blocks = [blocks] * n
+    choices = {"root": GroupChoice(root)}
+    for i, b in enumerate(blocks):
+        choices[f"block{i}.attn"] = b.attn
+        choices[f"block{i}.mlp"] = b.mlp
+    return Plan(model=spec.config, devices=setting.devices, micro_batch=setting.micro_batch,
+                choices=choices, checkpoint=tuple(b.checkpoint for b in blocks),
+                grad_accum=setting.grad_accum, precision=setting.precision,
+                optimizer=setting.optimizer, shard_group=setting.shard_group)
+
+
+@dataclass(frozen=True)
+class ItemCosts:
+    """The additive model of one setting: base + per-item costs (item 0 is the root)."""
+
+    base_bytes: float
+    base_s: float
+    weights_mib: list                 # per item: array over its choices
+    times_s: list
+    root_choices: tuple[str, ...]
+    block_choices: tuple[BlockChoice, ...]
+    estimates: int                    # estimate() calls it took
+
+
+def item_costs(spec: ModelSpec, hw: HardwareProfile, setting: Setting,
+               block_choices: tuple[BlockChoice, ...], root_choices: tuple[str, ...]) -> ItemCosts:
+    n = spec.config.n_layers
+    ref_root = "zero3" if "zero3" in root_choices else root_choices[0]
+    ref_block = block_choices[0]
+    longer = build_spec(with_overrides(spec.config, n_layers=n + 1))
+    e_ref = estimate(spec, hw, make_plan(spec, setting, ref_root, ref_block))
+    e_long = estimate(longer, hw, make_plan(longer, setting, ref_root, ref_block))
+    base_b = e_ref.peak_memory_bytes - n * (e_long.peak_memory_bytes - e_ref.peak_memory_bytes)
+    base_t = e_ref.iteration_time_s - n * (e_long.iteration_time_s - e_ref.iteration_time_s)
+
+    block_b, block_t = [], []
+    for c in block_choices:
+        e = e_ref if c == ref_block else estimate(spec, hw, make_plan(spec, setting, ref_root, c))
+        block_b.append((e.peak_memory_bytes - base_b) / n)
+        block_t.append((e.iteration_time_s - base_t) / n)
+    root_b, root_t = [], []
+    for r in root_choices:
+        e = e_ref if r == ref_root else estimate(spec, hw, make_plan(spec, setting, r, ref_block))
+        root_b.append(e.peak_memory_bytes - e_ref.peak_memory_bytes)
+        root_t.append(e.iteration_time_s - e_ref.iteration_time_s)
+    # Shift so every item's cheapest choice weighs >= 0 (the DP's weights are memory amounts).
+    shift_root = min(root_b)
+    shift_block = min(0.0, min(block_b))
+    base_b += shift_root + n * shift_block
+    w_root = np.ceil((np.array(root_b) - shift_root) / MiB).astype(np.int64)
+    w_block = np.ceil((np.array(block_b) - shift_block) / MiB).astype(np.int64)
+    t_root = np.array(root_t)
+    t_block = np.array(block_t)
+    calls = 2 + (len(block_choices) - 1) + (len(root_choices) - (ref_root in root_choices))
+    return ItemCosts(base_b, base_t, [w_root] + [w_block] * n, [t_root] + [t_block] * n,
+                     tuple(root_choices), tuple(block_choices), calls)
+
+
+# ---------------------------------------------------------------- the batch loop
+
+@dataclass(frozen=True)
+class Candidate:
+    """The DP's answer for one setting, with its additive prediction and its true estimate."""
+
+    setting: Setting
+    plan: Plan | None
+    dp_memory_bytes: float | None
+    dp_time_s: float | None
+    estimate: Estimate | None
+    fits: bool
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.estimate.samples_per_s if self.estimate else 0.0
+
+
+def pick_best(candidates: list[Candidate]) -> Candidate | None:
+    """The fixed batch loop: the candidate of highest throughput that fits (not the least time
+    per iteration, which favours the smallest batch)."""
+    fitting = [c for c in candidates if c.fits]
+    return max(fitting, key=lambda c: c.samples_per_s, default=None)
+
+
+@dataclass(frozen=True)
+class KnapsackResult:
+    status: str                       # optimal-for-its-model ("solved") | "infeasible"
+    plan: Plan | None
+    estimate: Estimate | None
+    candidates: tuple[Candidate, ...]
+    seconds: float                    # whole search: cost derivation + DPs + re-evaluation
+    dp_seconds: float                 # the DPs alone
+    estimates: int                    # estimate() calls
+    choice_set: str                   # paper | full
+    choices_per_block: int
+
+    @property
+    def feasible(self) -> bool:
+        return self.plan is not None
+
+
+def solve_setting(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, setting: Setting,
+                  block_choices, root_choices) -> tuple[Candidate, int, float]:
+    """One DP for one setting: (candidate, estimate() calls, seconds in the DP)."""
+    costs = item_costs(spec, hw, setting, block_choices, root_choices)
+    budget = math.floor((mem_limit_bytes - costs.base_bytes) / MiB)
+    t0 = time.perf_counter()
+    sol = knapsack_dp(costs.weights_mib, costs.times_s, budget)
+    dp_s = time.perf_counter() - t0
+    if sol is None:
+        return Candidate(setting, None, None, None, None, False), costs.estimates, dp_s
+    root = costs.root_choices[sol.choices[0]]
+    blocks = [costs.block_choices[c] for c in sol.choices[1:]]
+    plan = make_plan(spec, setting, root, blocks)
+    est = estimate(spec, hw, plan)
+    return (Candidate(setting, plan, costs.base_bytes + sol.memory_mib * MiB, costs.base_s + sol.time_s,
+                      est, est.peak_memory_bytes <= mem_limit_bytes),
+            costs.estimates + 1, dp_s)
+
+
+def knapsack_search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, settings,
+                    block_choices, root_choices, *, choice_set: str = "paper") -> KnapsackResult:
+    """Run the DP for every setting (the batch loop) and keep the fitting plan of highest
+    throughput by the full model."""
+    t0 = time.perf_counter()
+    cands, calls, dp_s = [], 0, 0.0
+    for s in settings:
+        c, k, d = solve_setting(spec, hw, mem_limit_bytes, s, tuple(block_choices), tuple(root_choices))
+        cands.append(c)
+        calls += k
+        dp_s += d
+    best = pick_best(cands)
+    return KnapsackResult("solved" if best else "infeasible", best.plan if best else None,
+                          best.estimate if best else None, tuple(cands), time.perf_counter() - t0,
+                          dp_s, calls, choice_set, len(block_choices))
