@@ -85,6 +85,8 @@ def test_name_is_deterministic_and_follows_settings():
     (lambda d: d.update(status="great"), "status", "expected one of ok, oom, failed, timeout"),
     (lambda d: d.update(status="failed"), "failure", "must say why"),
     (lambda d: d["measured"].update(peak_memory_bytes="1 GB"), "measured.peak_memory_bytes", "number"),
+    (lambda d: d["measured"]["iteration_time_s"].update(mean=None), "measured.iteration_time_s.mean",
+     "number"),
     (lambda d: d["model"].update(hidden=128), "model", "does not match plan.model"),
     (lambda d: d["plan"]["groups"].pop("root"), "groups.root", "missing"),
     (lambda d: d.update(created="yesterday"), "created", "ISO 8601"),

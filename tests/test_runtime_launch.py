@@ -141,7 +141,10 @@ def test_validate_writes_an_ok_record_with_measured_and_predicted(files, tmp_pat
 
 
 def test_memory_cap_gives_an_oom_record(files, tmp_path, capsys):
-    hw, plan = files
+    hw, _ = files
+    plan = tmp_path / "accum.json"     # accumulation: MemTracker must see two forwards in one step
+    save_plan(uniform_plan(CFG, "zero3", devices=2, micro_batch=2, precision="fp32", grad_accum=2,
+                           reduce_every_microbatch=False), plan)
     out = tmp_path / "oom.json"
     rc = main(["validate", "--plan", str(plan), "--hw", str(hw), "--warmup", "1", "--iters", "3",
                "--mem-cap", "100KiB", "--timeout", "180", "-o", str(out)])
@@ -151,6 +154,7 @@ def test_memory_cap_gives_an_oom_record(files, tmp_path, capsys):
     d = load_record(out).data
     assert d["status"] == "oom" and d["settings"]["mem_cap_bytes"] == 102400
     assert d["measured"]["peak_memory_bytes"] > 102400             # what the memory step reached
+    assert [r["tracker_error"] for r in d["measured"]["memory"]["per_rank"]] == [None, None]
     assert d["measured"]["iteration_time_s"]["mean"] is None        # no timed step ran
     assert_all_gone([], d["run_id"])
 
@@ -197,18 +201,25 @@ def test_stopping_the_launcher_stops_every_rank(tmp_path, sig):
     """)
     launcher = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec(run_id=run_id))],
                                 stderr=subprocess.DEVNULL, env=dict(os.environ, OSDP_SIM_FAULT="hang:1:0"))
-    deadline = time.monotonic() + 120
-    while not all("started" in _read(run_dir / f"rank{r}.log") for r in range(2)):
-        assert time.monotonic() < deadline and launcher.poll() is None
-        time.sleep(0.2)
-    ranks = [p for p in processes_with(run_id) if p != launcher.pid]   # its argv holds the id too
-    assert len(ranks) == 2
-    launcher.send_signal(sig)
-    launcher.wait(timeout=30)
-    deadline = time.monotonic() + 15
-    while processes_with(run_id) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert_all_gone(ranks, run_id)
+    try:
+        deadline = time.monotonic() + 120
+        while not all("started" in _read(run_dir / f"rank{r}.log") for r in range(2)):
+            assert time.monotonic() < deadline and launcher.poll() is None
+            time.sleep(0.2)
+        ranks = [p for p in processes_with(run_id) if p != launcher.pid]   # its argv holds the id too
+        assert len(ranks) == 2
+        launcher.send_signal(sig)
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while processes_with(run_id) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert_all_gone(ranks, run_id)
+    finally:                           # a failing test must not leave its launcher running
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        for pid in processes_with(run_id):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _read(path: Path) -> str:

@@ -182,6 +182,9 @@ def format_record(record: dict) -> str:
     cuda = [r["cuda_max_reserved_bytes"] for r in m["memory"]["per_rank"] if r.get("cuda_max_reserved_bytes")]
     if cuda:
         lines.append(f"{'cuda max reserved':22}{format_bytes(max(cuda)):>14}")
+    errs = {r["tracker_error"] for r in m["memory"]["per_rank"] if r.get("tracker_error")}
+    if errs:
+        lines.append(f"warning: MemTracker failed, no tracked peak: {sorted(errs)[0]}")
     losses = m["losses"]["mean"]
     if losses:
         lines.append(f"{'loss':22}{losses[0]:>14.4f} -> {losses[-1]:.4f} (mean over ranks, first -> last step)")

@@ -141,7 +141,8 @@ def _rank_memory(r: dict) -> dict:
             "tracker_breakdown": m.get("tracker_breakdown"),
             "rss_hwm_bytes": m.get("rss_hwm_bytes"),
             "cuda_max_allocated_bytes": m.get("cuda_max_allocated_bytes"),
-            "cuda_max_reserved_bytes": m.get("cuda_max_reserved_bytes")}
+            "cuda_max_reserved_bytes": m.get("cuda_max_reserved_bytes"),
+            "tracker_error": m.get("tracker_error")}
 
 
 def _rel(predicted, measured):
@@ -285,7 +286,8 @@ def _check(data, source: str) -> None:
         _num(t[key], f"measured.iteration_time_s.{key}", err, nullable=data["status"] != "ok")
     if not isinstance(t["per_rank"], list) or not all(isinstance(x, list) for x in t["per_rank"]):
         raise err("measured.iteration_time_s.per_rank", "expected a list of lists of seconds")
-    _num(m["peak_memory_bytes"], "measured.peak_memory_bytes", err, nullable=data["status"] != "ok")
+    # null when no rank got through the memory step, or MemTracker failed (memory.per_rank says why)
+    _num(m["peak_memory_bytes"], "measured.peak_memory_bytes", err, nullable=True)
     if not isinstance(m["memory"], dict) or not isinstance(m["memory"].get("per_rank"), list):
         raise err("measured.memory.per_rank", "expected a list with one object per rank")
     if len(m["memory"]["per_rank"]) != data["env"]["world_size"]:

@@ -74,12 +74,21 @@ def run_env(rank_env: dict, *, world: int, threads: int, ranks_per_node: int) ->
     """The record's `env` block: what rank 0 saw plus how the run was laid out."""
     env = _env_defaults(rank_env.get("device_kind", "cpu"), rank_env.get("backend", "fsdp2"))
     env.update({k: v for k, v in rank_env.items() if v is not None or k not in env})
+    env["load_avg_1m"] = _load_avg()
     env["world_size"] = world
     env["threads_per_rank"] = threads
     env.setdefault("cores", available_cores())
     env["oversubscribed"] = ranks_per_node * threads > env["cores"] if env.get("device_kind") == "cpu" \
         else False
     return env
+
+
+def _load_avg() -> float | None:
+    """Other work on the machine inflates CPU step times: the record keeps the 1-minute load."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def _env_defaults(device_kind: str, backend: str) -> dict:

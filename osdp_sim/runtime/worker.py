@@ -169,10 +169,12 @@ def gradient_sync(model, enabled: bool):
         yield
 
 
-def train_step(model, opt, tokens: Tokens, plan):
+def train_step(model, opt, tokens: Tokens, plan, before_micro_step=None):
     """One optimizer step of plan.grad_accum micro-steps; returns the mean loss (a tensor)."""
     total = None
     for m in range(plan.grad_accum):
+        if before_micro_step is not None:
+            before_micro_step()
         last = m == plan.grad_accum - 1
         with gradient_sync(model, plan.reduce_every_microbatch or last):
             idx, tgt = tokens.next()
@@ -193,7 +195,9 @@ def measure_memory_step(model, opt, tokens, plan, device) -> tuple[float, dict]:
         tracker = MemTracker()
         tracker.track_external(model, opt)
         with tracker:
-            loss = train_step(model, opt, tokens, plan)
+            # MemTracker refuses a second forward of a module in one context unless its
+            # per-module stats are cleared; the global peak survives the reset.
+            loss = train_step(model, opt, tokens, plan, before_micro_step=tracker.reset_mod_stats)
         snap = tracker.get_tracker_snapshot("peak")
         dev_snap = snap.get(device) or next((v for k, v in snap.items() if k.type == device.type), None)
         if dev_snap:
@@ -204,6 +208,7 @@ def measure_memory_step(model, opt, tokens, plan, device) -> tuple[float, dict]:
         if is_oom(e):
             raise
         mem["tracker_error"] = f"{type(e).__name__}: {e}"
+        opt.zero_grad(set_to_none=True)      # drop what the failed step accumulated
         loss = train_step(model, opt, tokens, plan)
     return float(loss), mem
 
