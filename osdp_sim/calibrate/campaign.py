@@ -1,0 +1,531 @@
+"""Measurement campaigns: a YAML list of runs (models x plans x ranks x repeats) executed through
+`osdp-sim validate`, one record per run, resumable.
+
+File format (validate/README.md, section Campaigns, documents it with examples):
+
+    name: cpu
+    hardware: hwprofiles/cpu-2core.yaml   # profile for predictions (path or shipped name)
+    device: cpu                           # cpu | cuda
+    records_dir: validate/records/cpu     # records go to <records_dir>/n<nproc>/
+    backend: fsdp2                        # optional (fsdp2 | fairscale), default fsdp2
+    warmup: 2
+    iters: 6
+    threads: 1                            # torch threads per rank (optional: validate's default)
+    seed: 0                               # optional; repeat r of a plan uses seed + r
+    timeout_s: 600                        # optional, per run
+    plan_defaults: {precision: fp32}      # optional, merged into every plan spec
+    runs:
+      - model: gpt2-tiny
+        nproc: 2
+        repeats: 1                        # optional, default 1
+        plans:
+          - {strategy: zero3, micro_batch: 4}
+          - {groups: {attn: ddp, mlp: zero3}, micro_batch: 4}
+          - {groups: {default: zero2, mlp: {strategy: zero2, slices: 2, sharded_slices: 1}}, micro_batch: 4}
+          - {strategy: zero3, micro_batch: 8, checkpoint: true, repeats: 3}
+          - {search: {mem_limit: 300MiB}, micro_batch: 4}
+
+Relative paths are relative to the current directory (run campaigns from the repository root).
+A run's record name is deterministic (records.record_name: plan hash, backend, device, ranks,
+threads, warmup, iters, seed), so a rerun of the campaign skips every run already recorded.
+"""
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from osdp_sim.errors import UserError
+from osdp_sim.plan.plan import OPTIMIZERS, PRECISIONS, SPLITS, STRATEGIES, GroupChoice, Plan
+
+DEVICES = ("cpu", "cuda")
+BACKENDS = ("fsdp2", "fairscale")
+_TOP = {"name", "hardware", "device", "records_dir", "backend", "warmup", "iters", "threads", "seed",
+        "timeout_s", "plan_defaults", "runs", "description"}
+_RUN = {"model", "nproc", "plans", "repeats", "seq_len"}
+_PLAN = {"strategy", "slices", "groups", "search", "file", "micro_batch", "grad_accum", "checkpoint",
+         "precision", "optimizer", "shard_group", "reduce_every_microbatch", "repeats", "name"}
+_PATTERNS = ("default", "root", "attn", "mlp")
+
+
+@dataclass(frozen=True)
+class Campaign:
+    name: str
+    source: str
+    hardware: str
+    device: str
+    records_dir: Path
+    backend: str
+    warmup: int
+    iters: int
+    threads: int | None
+    seed: int
+    timeout_s: float
+    runs: tuple["CampaignRun", ...]
+
+
+@dataclass(frozen=True)
+class CampaignRun:
+    model: str
+    nproc: int
+    plans: tuple[dict, ...]          # validated plan specs (plan_defaults merged)
+    repeats: int
+    seq_len: int | None
+    field: str                       # runs[i], for error messages
+
+
+@dataclass(frozen=True)
+class Job:
+    """One validate invocation."""
+
+    model: str
+    nproc: int
+    plan: Plan
+    seed: int
+    repeat: int
+    record_path: Path
+    label: str
+    field: str                       # runs[i].plans[j]
+
+
+@dataclass
+class CampaignSummary:
+    total: int
+    skipped: int = 0
+    ran: int = 0
+    ok: int = 0
+    failed: list = field(default_factory=list)       # (job label, status, record path)
+    wall_s: float = 0.0
+
+
+# ---------------------------------------------------------------- reading
+
+def load_campaign(path: str | os.PathLike) -> Campaign:
+    src = str(path)
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError("campaign file not found", source=src) from None
+    except OSError as e:
+        raise UserError(f"cannot read the campaign file ({e.strerror})", source=src) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"not valid YAML{where}", source=src) from None
+    return campaign_from_dict(data, src)
+
+
+def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
+    def fail(fld, msg):
+        raise UserError(msg, source=source, field=fld)
+
+    if not isinstance(data, dict):
+        fail(None, "expected a mapping with keys name, hardware, device, records_dir, warmup, iters, runs")
+    _keys(data, _TOP, ("name", "hardware", "device", "records_dir", "warmup", "iters", "runs"), "", fail)
+    name = _text(data["name"], "name", fail)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        fail("name", f"use letters, digits, '-', '_' or '.', got {name!r}")
+    device = data["device"]
+    if device not in DEVICES:
+        fail("device", f"expected one of {', '.join(DEVICES)}, got {device!r}")
+    backend = data.get("backend", "fsdp2")
+    if backend not in BACKENDS:
+        fail("backend", f"expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    warmup = _int(data["warmup"], "warmup", fail, lo=0)
+    iters = _int(data["iters"], "iters", fail, lo=1)
+    threads = None if data.get("threads") is None else _int(data["threads"], "threads", fail, lo=1)
+    seed = _int(data.get("seed", 0), "seed", fail, lo=0)
+    timeout = data.get("timeout_s", 600)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        fail("timeout_s", f"expected a positive number of seconds, got {timeout!r}")
+    defaults = data.get("plan_defaults") or {}
+    if not isinstance(defaults, dict):
+        fail("plan_defaults", "expected a mapping of plan keys (e.g. {precision: fp32})")
+    for k in defaults:
+        if k not in _PLAN - {"strategy", "groups", "search", "file", "name"}:
+            fail(f"plan_defaults.{k}", "not a key that can have a default; expected some of micro_batch, "
+                 "grad_accum, checkpoint, precision, optimizer, shard_group, reduce_every_microbatch, repeats")
+    runs_raw = data["runs"]
+    if not isinstance(runs_raw, list) or not runs_raw:
+        fail("runs", "expected a non-empty list of {model, nproc, plans}")
+    runs = []
+    from osdp_sim.model.load import load_model_config
+    for i, r in enumerate(runs_raw):
+        f = f"runs[{i}]"
+        if not isinstance(r, dict):
+            fail(f, "expected a mapping {model, nproc, plans, repeats}")
+        _keys(r, _RUN, ("model", "nproc", "plans"), f, fail)
+        model = _text(r["model"], f"{f}.model", fail)
+        seq_len = None if r.get("seq_len") is None else _int(r["seq_len"], f"{f}.seq_len", fail, lo=1)
+        try:
+            load_model_config(model, seq_len=seq_len)
+        except UserError as e:
+            fail(f"{f}.model", str(e).split(": ", 1)[-1])
+        nproc = _int(r["nproc"], f"{f}.nproc", fail, lo=1)
+        repeats = _int(r.get("repeats", 1), f"{f}.repeats", fail, lo=1)
+        plans_raw = r["plans"]
+        if not isinstance(plans_raw, list) or not plans_raw:
+            fail(f"{f}.plans", "expected a non-empty list of plan specs")
+        plans = []
+        for j, p in enumerate(plans_raw):
+            pf = f"{f}.plans[{j}]"
+            if isinstance(p, str):
+                p = {"strategy": p}
+            if not isinstance(p, dict):
+                fail(pf, "expected a plan spec mapping, e.g. {strategy: zero3, micro_batch: 4}")
+            spec = {**defaults, **p}
+            _check_plan_spec(spec, pf, fail)
+            plans.append(spec)
+        runs.append(CampaignRun(model, nproc, tuple(plans), repeats, seq_len, f))
+    return Campaign(name=name, source=source, hardware=_text(data["hardware"], "hardware", fail),
+                    device=device, records_dir=Path(_text(data["records_dir"], "records_dir", fail)),
+                    backend=backend, warmup=warmup, iters=iters, threads=threads, seed=seed,
+                    timeout_s=float(timeout), runs=tuple(runs))
+
+
+def _check_plan_spec(p: dict, f: str, fail) -> None:
+    for k in p:
+        if k not in _PLAN:
+            fail(f"{f}.{k}", f"unknown key; expected some of {', '.join(sorted(_PLAN))}")
+    kinds = [k for k in ("strategy", "groups", "search", "file") if k in p]
+    if len(kinds) != 1:
+        fail(f, "give exactly one of strategy (uniform), groups (per-group choices), search "
+             "({mem_limit: ...}: the plan the search picks) or file (a plan JSON)"
+             + (f"; got {', '.join(kinds)}" if kinds else ""))
+    if "file" not in p and "micro_batch" not in p:
+        fail(f"{f}.micro_batch", "missing; every plan needs a micro-batch per rank")
+    for k in ("micro_batch", "grad_accum", "shard_group", "repeats"):
+        if k in p:
+            _int(p[k], f"{f}.{k}", fail, lo=1)
+    if "strategy" in p:
+        if p["strategy"] not in STRATEGIES:
+            fail(f"{f}.strategy", f"expected one of {', '.join(STRATEGIES)}, got {p['strategy']!r}")
+        if "slices" in p and (p["slices"] not in SPLITS or isinstance(p["slices"], bool)):
+            fail(f"{f}.slices", f"expected one of {SPLITS}, got {p['slices']!r}")
+        if p.get("slices", 1) > 1 and p["strategy"] != "zero3":
+            fail(f"{f}.slices", "a uniform split shards every slice: use strategy zero3, or groups with "
+                 "{strategy: ddp|zero2, slices: k, sharded_slices: j} for partial splits")
+    elif "slices" in p:
+        fail(f"{f}.slices", "only with strategy; inside groups give {strategy, slices, sharded_slices}")
+    if "groups" in p and not isinstance(p["groups"], dict):
+        fail(f"{f}.groups", "expected a mapping such as {attn: ddp, mlp: zero3} (keys default, root, attn, "
+             "mlp, block<i>, block<i>.attn, block<i>.mlp)")
+    if "search" in p:
+        s = p["search"]
+        if not isinstance(s, dict) or set(s) - {"mem_limit"} or "mem_limit" not in s:
+            fail(f"{f}.search", "expected {mem_limit: SIZE}, e.g. {mem_limit: 300MiB}")
+        from osdp_sim.units import parse_bytes
+        parse_bytes(s["mem_limit"], field=f"{f}.search.mem_limit")
+    if "precision" in p and p["precision"] not in PRECISIONS:
+        fail(f"{f}.precision", f"expected one of {', '.join(PRECISIONS)}, got {p['precision']!r}")
+    if "optimizer" in p and p["optimizer"] not in OPTIMIZERS:
+        fail(f"{f}.optimizer", f"expected one of {', '.join(OPTIMIZERS)}, got {p['optimizer']!r}")
+    if "reduce_every_microbatch" in p and not isinstance(p["reduce_every_microbatch"], bool):
+        fail(f"{f}.reduce_every_microbatch", "expected true or false")
+    c = p.get("checkpoint", False)
+    if not (isinstance(c, bool) or c in ("all", "none") or
+            (isinstance(c, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in c))):
+        fail(f"{f}.checkpoint", f"expected true/false, all, none or a list of block indices, got {c!r}")
+
+
+def _keys(d: dict, known: set, required: tuple, where: str, fail) -> None:
+    for k in d:
+        if k not in known:
+            fail(f"{where}.{k}" if where else str(k), f"unknown key; expected some of {', '.join(sorted(known))}")
+    for k in required:
+        if k not in d:
+            fail(f"{where}.{k}" if where else k, "missing required key")
+
+
+def _text(v, fld: str, fail) -> str:
+    if not isinstance(v, str) or not v.strip():
+        fail(fld, f"expected a non-empty text, got {v!r}")
+    return v
+
+
+def _int(v, fld: str, fail, *, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        fail(fld, f"expected a whole number >= {lo}, got {v!r}")
+    return v
+
+
+# ---------------------------------------------------------------- plans
+
+def build_plan(spec: dict, model_cfg, nproc: int, *, hw=None, source: str = "<campaign>",
+               field: str = "plan") -> Plan:
+    """A Plan from a campaign plan spec (already checked by _check_plan_spec)."""
+    from osdp_sim.model.spec import build_spec
+    from osdp_sim.plan import load_plan, plan_from_dict, plan_to_dict
+
+    def fail(fld, msg):
+        raise UserError(msg, source=source, field=f"{field}.{fld}" if fld else field)
+
+    if "file" in spec:
+        plan = load_plan(spec["file"])
+        if plan.model.to_dict() != model_cfg.to_dict():
+            fail("file", f"the plan is for model {plan.model.name!r}, the run for {model_cfg.name!r}")
+        if plan.devices != nproc:
+            fail("file", f"the plan is for {plan.devices} devices, the run has nproc {nproc}")
+        return plan
+    spec_ = build_spec(model_cfg)
+    n = model_cfg.n_layers
+    ckpt = spec.get("checkpoint", False)
+    if ckpt is True or ckpt == "all":
+        blocks = list(range(n))
+    elif ckpt is False or ckpt == "none":
+        blocks = []
+    else:
+        bad = [i for i in ckpt if not 0 <= i < n]
+        if bad:
+            fail("checkpoint", f"block {bad[0]} out of range 0..{n - 1} for {model_cfg.name}")
+        blocks = list(ckpt)
+    common = {"model": model_cfg.to_dict(), "devices": nproc, "micro_batch": spec["micro_batch"],
+              "grad_accum": spec.get("grad_accum", 1), "precision": spec.get("precision", "bf16"),
+              "optimizer": spec.get("optimizer", "adamw"), "shard_group": spec.get("shard_group", nproc),
+              "reduce_every_microbatch": spec.get("reduce_every_microbatch", True), "checkpoint": blocks}
+    if spec.get("shard_group", nproc) > nproc or nproc % spec.get("shard_group", nproc):
+        fail("shard_group", f"must divide nproc ({nproc}), got {spec['shard_group']}")
+    if "search" in spec:
+        return _search_plan(spec, model_cfg, nproc, hw, common, fail)
+    if "strategy" in spec:
+        k = spec.get("slices", 1)
+        groups = {key: ({"strategy": spec["strategy"], "slices": k} if key != "root" and k > 1
+                        else spec["strategy"]) for key in spec_.plan_keys}
+    else:
+        groups = _expand_groups(spec["groups"], spec_.plan_keys, fail)
+    d = {"format": "osdp-sim/plan", "version": 1, **common, "groups": groups,
+         "notes": {"made_by": "osdp-sim campaign"}}
+    return plan_from_dict(d, source=f"{source}: {field}")
+
+
+def _expand_groups(groups: dict, plan_keys, fail) -> dict:
+    """Patterns -> one choice per plan key. Precedence: block<i>.attn/mlp (exact) > block<i> >
+    attn / mlp > default; root: root > default."""
+    for key in groups:
+        if key not in _PATTERNS and key not in plan_keys and not re.fullmatch(r"block\d+", str(key)):
+            fail(f"groups.{key}", f"unknown group pattern; use default, root, attn, mlp, block<i> or an exact "
+                 f"key such as {plan_keys[1]}")
+        if re.fullmatch(r"block\d+", str(key)) and f"{key}.attn" not in plan_keys:
+            fail(f"groups.{key}", "no such block in this model")
+    out = {}
+    for key in plan_keys:
+        if key == "root":
+            cands = ["root", "default"]
+        else:
+            block, kind = key.split(".")
+            cands = [key, block, kind, "default"]
+        choice = next((groups[c] for c in cands if c in groups), None)
+        if choice is None:
+            fail(f"groups.{cands[-2] if key != 'root' else 'root'}", f"no choice for {key}; add it or a "
+                 "default")
+        out[key] = choice
+    return out
+
+
+def _search_plan(spec: dict, model_cfg, nproc: int, hw, common: dict, fail) -> Plan:
+    """The plan the exact search picks under the memory limit (osdp_sim.search.bnb)."""
+    from osdp_sim.model.spec import build_spec
+    from osdp_sim.units import parse_bytes
+    try:
+        from osdp_sim.search import bnb
+    except ImportError:
+        fail("search", "the exact search (osdp_sim.search.bnb) is not available in this installation")
+    if hw is None:
+        fail("search", "needs the campaign's hardware profile")
+    limit = parse_bytes(spec["search"]["mem_limit"], field="search.mem_limit")
+    hw_n = hw if hw.device.count == nproc else hw.with_devices(nproc)
+    result = _call_search(bnb, build_spec(model_cfg), hw_n, limit, common)
+    plan = getattr(result, "plan", None)
+    if plan is None:
+        fail("search.mem_limit", f"no plan fits in {spec['search']['mem_limit']} for {model_cfg.name} "
+             f"at micro-batch {common['micro_batch']}")
+    return plan
+
+
+def _call_search(bnb, spec, hw, limit: int, common: dict):
+    """Adapter to the search's entry point: a search restricted to this micro-batch setting."""
+    fn = getattr(bnb, "search")
+    import inspect
+    params = inspect.signature(fn).parameters
+    kw = {}
+    for name, value in (("micro_batches", [common["micro_batch"]]), ("micro_batch", common["micro_batch"]),
+                        ("grad_accums", [common["grad_accum"]]), ("grad_accum", common["grad_accum"]),
+                        ("precision", common["precision"]), ("optimizer", common["optimizer"])):
+        if name in params:
+            kw[name] = value
+    return fn(spec, hw, limit, **kw)
+
+
+# ---------------------------------------------------------------- jobs
+
+def plan_jobs(c: Campaign, *, hw=None) -> list[Job]:
+    """Every validate invocation of the campaign, in file order, duplicates removed (the same plan,
+    ranks and seed listed twice is one run)."""
+    from osdp_sim.model.load import load_model_config
+    from osdp_sim.runtime.launch import available_cores
+    jobs, seen = [], set()
+    for run in c.runs:
+        cfg = load_model_config(run.model, seq_len=run.seq_len)
+        threads = c.threads or max(1, available_cores() // run.nproc)
+        for j, spec in enumerate(run.plans):
+            fld = f"{run.field}.plans[{j}]"
+            plan = build_plan(spec, cfg, run.nproc, hw=hw, source=c.source, field=fld)
+            repeats = spec.get("repeats", run.repeats)
+            for k in range(repeats):
+                seed = c.seed + k
+                name = expected_record_name(plan, backend=c.backend, device=c.device, world=run.nproc,
+                                            threads=threads, warmup=c.warmup, iters=c.iters, seed=seed)
+                path = c.records_dir / f"n{run.nproc}" / name
+                if path in seen:
+                    continue
+                seen.add(path)
+                from osdp_sim.calibrate.runs import plan_label
+                jobs.append(Job(run.model, run.nproc, plan, seed, k, path,
+                                f"{run.model} n{run.nproc} {spec.get('name') or plan_label(plan)}"
+                                + (f" (repeat {k + 1}/{repeats})" if repeats > 1 else ""), fld))
+    return jobs
+
+
+def expected_record_name(plan: Plan, *, backend: str, device: str, world: int, threads: int, warmup: int,
+                         iters: int, seed: int) -> str:
+    """The file name `osdp-sim validate --records-dir` gives this run's record (records.record_name)."""
+    from osdp_sim.plan import plan_to_dict
+    from osdp_sim.records import record_name
+    return record_name({"plan": plan_to_dict(plan), "model": {"name": plan.model.name},
+                        "env": {"backend": backend, "device_kind": device, "world_size": world,
+                                "threads_per_rank": threads},
+                        "settings": {"warmup": warmup, "iters": iters, "seed": seed}})
+
+
+def recorded_status(path: Path) -> str | None:
+    """The status of the record at `path`, or None when there is none (or it cannot be read: a
+    half-written or edited file is run again)."""
+    if not path.is_file():
+        return None
+    from osdp_sim.records import load_record
+    try:
+        return load_record(path).status
+    except UserError:
+        return None
+
+
+def pending(jobs: list[Job], *, retry_failed: bool = False) -> list[Job]:
+    out = []
+    for j in jobs:
+        status = recorded_status(j.record_path)
+        if status is None or (retry_failed and status != "ok"):
+            out.append(j)
+    return out
+
+
+# ---------------------------------------------------------------- running
+
+def validate_command(c: Campaign, job: Job, plan_file: Path, threads: int) -> list[str]:
+    return [sys.executable, "-m", "osdp_sim.cli.main", "validate", "--plan", str(plan_file),
+            "--hw", c.hardware, "--nproc", str(job.nproc), "--device", c.device, "--backend", c.backend,
+            "--warmup", str(c.warmup), "--iters", str(c.iters), "--seed", str(job.seed),
+            "--threads", str(threads), "--timeout", f"{c.timeout_s:g}", "-o", str(job.record_path)]
+
+
+def validate_runner(c: Campaign, job: Job, *, log=sys.stderr) -> str:
+    """Run one job with `osdp-sim validate` in a subprocess; returns the record's status. When
+    validate dies without writing a record, a failed record is written here so the campaign
+    keeps the evidence and moves on."""
+    from osdp_sim.plan import save_plan
+    from osdp_sim.runtime.launch import available_cores
+    threads = c.threads or max(1, available_cores() // job.nproc)
+    job.record_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="osdp-sim-campaign-") as tmp:
+        plan_file = Path(tmp) / "plan.json"
+        save_plan(job.plan, plan_file)
+        cmd = validate_command(c, job, plan_file, threads)
+        logfile = Path(tmp) / "validate.log"
+        with open(logfile, "wb") as out:
+            try:
+                proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      timeout=c.timeout_s + 120)
+                rc = proc.returncode
+            except subprocess.TimeoutExpired:
+                rc = None
+        text = logfile.read_text(errors="replace")
+    status = recorded_status(job.record_path)
+    if status is None:
+        tail = "\n".join(text.splitlines()[-40:])
+        _write_failed_record(c, job, threads, rc, tail)
+        status = "failed"
+    if status != "ok" and log:
+        lines = [l for l in text.splitlines() if l.strip()][-6:]
+        for l in lines:
+            print(f"    | {l}", file=log)
+    return status
+
+
+def _write_failed_record(c: Campaign, job: Job, threads: int, rc, tail: str) -> None:
+    import platform
+    import socket
+    from osdp_sim.hardware.load import load_profile, resolve_profile_path
+    from osdp_sim.records import build_record, save_record_as
+    from osdp_sim.runtime.launch import available_cores, new_run_id
+    try:
+        hw = load_profile(c.hardware)
+        hw_info = {"name": hw.name, "path": str(resolve_profile_path(c.hardware))}
+    except UserError:
+        hw_info = {"name": c.hardware, "path": c.hardware}
+    cores = available_cores()
+    env = {"torch": None, "backend": c.backend, "backend_version": None, "device_kind": c.device,
+           "device_name": None, "world_size": job.nproc, "threads_per_rank": threads, "cores": cores,
+           "oversubscribed": c.device == "cpu" and job.nproc * threads > cores,
+           "hostname": socket.gethostname(), "python": platform.python_version()}
+    reason = ("osdp-sim validate timed out and was killed" if rc is None
+              else f"osdp-sim validate exited with code {rc} without writing a record")
+    record = build_record(status="failed", run_id=new_run_id(), plan=job.plan, hardware_profile=hw_info,
+                          env=env, settings={"warmup": c.warmup, "iters": c.iters, "seed": job.seed},
+                          rank_results=[None] * job.nproc, predicted=None,
+                          failure={"rank": None, "reason": reason, "exit_code": rc, "stderr_tail": tail})
+    save_record_as(record, job.record_path)
+
+
+def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = False, hw=None,
+                 log=sys.stderr, jobs: list[Job] | None = None) -> CampaignSummary:
+    """Run every job not yet recorded, in order; a failure is recorded and the campaign goes on."""
+    jobs = plan_jobs(c, hw=hw) if jobs is None else jobs
+    todo = pending(jobs, retry_failed=retry_failed)
+    summary = CampaignSummary(total=len(jobs), skipped=len(jobs) - len(todo))
+    if log:
+        print(f"campaign {c.name}: {len(jobs)} runs, {summary.skipped} already recorded, "
+              f"{len(todo)} to run", file=log, flush=True)
+    durations: list[float] = []
+    t_start = time.monotonic()
+    order = {id(j): i for i, j in enumerate(jobs)}
+    for n, job in enumerate(todo):
+        if log:
+            eta = _eta(durations, len(todo) - n)
+            print(f"campaign {c.name}: run {order[id(job)] + 1}/{len(jobs)} ({n + 1} of {len(todo)} "
+                  f"this time) {job.label}, seed {job.seed}{eta}", file=log, flush=True)
+        t0 = time.monotonic()
+        status = runner(c, job, log=log)
+        durations.append(time.monotonic() - t0)
+        summary.ran += 1
+        if status == "ok":
+            summary.ok += 1
+        else:
+            summary.failed.append((job.label, status, str(job.record_path)))
+        if log:
+            print(f"campaign {c.name}:   {status} in {durations[-1]:.0f} s -> {job.record_path}",
+                  file=log, flush=True)
+    summary.wall_s = time.monotonic() - t_start
+    return summary
+
+
+def _eta(durations: list[float], remaining: int) -> str:
+    if not durations:
+        return ""
+    left = statistics.fmean(durations) * remaining
+    return f", about {left / 60:.0f} min left" if left >= 90 else f", about {left:.0f} s left"

@@ -1,0 +1,200 @@
+"""Fit a hardware profile's free coefficients to measured runs (scipy.optimize.least_squares).
+
+Residuals, all in units of their stated noise so they can be summed:
+- iteration time of each run:  log(predicted / measured) / SIGMA_TIME_LOG  (5%: CPU step times
+  vary 3-12% between runs, runtime-facts.md);
+- peak memory of each run:     log(predicted / measured) / SIGMA_MEMORY_LOG (1%: the tracked peak
+  is deterministic, and a 3% miss must weigh as much as a 3-sigma timing miss);
+- each coefficient's prior:    (u - u_measured) / sigma in params.py's internal coordinates.
+The robust loss (soft_l1 by default, f_scale 1 = one sigma) keeps one pathological run from
+dragging every coefficient. Bounds come from params.py; the trust-region-reflective method
+respects them.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from osdp_sim.calibrate.params import Param, get_value, prior_values, select_params, with_values
+from osdp_sim.calibrate.runs import Run
+from osdp_sim.errors import UserError
+from osdp_sim.hardware.profile import HardwareProfile
+
+SIGMA_TIME_LOG = 0.05
+SIGMA_MEMORY_LOG = 0.01
+# Stop when the cost changes by less than this fraction: far below the noise of the runs.
+FTOL = 1e-6
+XTOL = 1e-6
+LOSSES = ("linear", "soft_l1", "huber", "cauchy", "arctan")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    time_s: float
+    memory_bytes: float
+
+
+@dataclass(frozen=True)
+class FitResult:
+    profile: HardwareProfile           # the calibrated profile
+    params: tuple[Param, ...]
+    prior: dict                        # name -> measured value (the prior's centre)
+    fitted: dict                       # name -> fitted value
+    runs: tuple[Run, ...]
+    before: tuple[Prediction, ...]     # per run, with the profile as given
+    after: tuple[Prediction, ...]      # per run, with the calibrated profile
+    success: bool
+    message: str
+    nfev: int
+    cost: float
+    loss: str
+    sigma_time_log: float = SIGMA_TIME_LOG
+    sigma_memory_log: float = SIGMA_MEMORY_LOG
+    at_bound: tuple[str, ...] = field(default=())   # coefficients the fit pushed onto a bound
+
+
+class Predictor:
+    """Predicts every run for a set of coefficient values. Estimates are cached on the
+    coefficients that change the simulated step; memory-only coefficients (context, fragmentation)
+    are applied to the cached live-tensor peak exactly as costmodel.estimate does:
+    peak = live * (1 + fragmentation) + context."""
+
+    def __init__(self, profile: HardwareProfile, runs, params: tuple[Param, ...]):
+        self.profile = profile
+        self.runs = list(runs)
+        self.params = params
+        self.time_names = [p.name for p in params if p.affects == "time"]
+        self._cache: dict[tuple, list[tuple[float, float]]] = {}
+        self.evaluations = 0
+
+    def _timed(self, values: dict) -> list[tuple[float, float]]:
+        """(iteration time, live-tensor peak) of every run."""
+        key = tuple(values[n] for n in self.time_names)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        from osdp_sim.costmodel import estimate
+        hw = with_values(self.profile, {n: values[n] for n in self.time_names})
+        out = []
+        for r in self.runs:
+            hw_r = hw if r.world_size == hw.device.count else hw.with_devices(r.world_size)
+            est = estimate(r.spec, hw_r, r.plan)
+            mb = est.memory_breakdown
+            live = est.peak_memory_bytes - mb.get("fragmentation", 0.0) - mb.get("context", 0.0)
+            out.append((est.iteration_time_s, live))
+        self.evaluations += 1
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        self._cache[key] = out
+        return out
+
+    def predict(self, values: dict) -> list[Prediction]:
+        mem = with_values(self.profile, {n: values[n] for n in values
+                                         if n in ("memory.context_bytes", "memory.fragmentation")}).memory
+        return [Prediction(t, live * (1.0 + mem.fragmentation) + mem.context_bytes)
+                for t, live in self._timed(values)]
+
+
+def values_of(profile: HardwareProfile, params) -> dict:
+    return {p.name: get_value(profile, p.name) for p in params}
+
+
+def fit(profile: HardwareProfile, runs, *, loss: str = "soft_l1", params: tuple[Param, ...] | None = None,
+        start: dict | None = None, sigma_time_log: float = SIGMA_TIME_LOG,
+        sigma_memory_log: float = SIGMA_MEMORY_LOG, max_nfev: int | None = None) -> FitResult:
+    """Fit `params` (default: params.default_params) to `runs` (calibrate.runs.Run, ok runs only).
+    `start`: initial coefficient values (default: the prior); the prior stays on the measured
+    values either way, so a warm start changes the path, not the answer.
+
+    Two stages, because the problem separates: the time coefficients against the time residuals,
+    then the memory coefficients against the memory residuals with the time coefficients fixed.
+    Predicted memory does not depend on the memory coefficients' partners in time except through
+    the order of allocations in the simulated step, which is piecewise constant: finite
+    differences across such a jump would hand the optimiser a meaningless, huge slope."""
+    if loss not in LOSSES:
+        raise UserError(f"unknown loss {loss!r}; expected one of {', '.join(LOSSES)}", field="--loss")
+    runs = list(runs)
+    if not runs:
+        raise UserError("no usable runs to fit (every record failed or none was given)")
+    params = tuple(params or select_params(profile))
+    prior = prior_values(profile, params)
+    init = dict(prior)
+    init.update({k: v for k, v in (start or {}).items() if k in init})
+    pred = Predictor(profile, runs, params)
+    t_meas = np.array([r.time_s for r in runs])
+    m_meas = np.array([r.memory_bytes for r in runs])
+    time_ps = tuple(p for p in params if p.affects == "time")
+    mem_ps = tuple(p for p in params if p.affects == "memory")
+    fitted = dict(init)
+
+    def time_residuals(vals: dict) -> np.ndarray:
+        t = np.array([p.time_s for p in pred.predict(vals)])
+        return np.log(t / t_meas) / sigma_time_log
+
+    def mem_residuals(vals: dict) -> np.ndarray:
+        m = np.array([p.memory_bytes for p in pred.predict(vals)])
+        return np.log(np.maximum(m, 1.0) / m_meas) / sigma_memory_log
+
+    stages = [(time_ps, time_residuals), (mem_ps, mem_residuals)]
+    success, messages, nfev, cost, at_bound = True, [], 0, 0.0, []
+    for ps, data_residuals in stages:
+        if not ps:
+            continue
+        r = _solve(ps, prior, fitted, data_residuals, loss, max_nfev)
+        fitted.update(r["values"])
+        success &= r["success"]
+        messages.append(r["message"])
+        nfev += r["nfev"]
+        cost += r["cost"]
+        at_bound += r["at_bound"]
+    return FitResult(profile=with_values(profile, fitted), params=params, prior=prior, fitted=fitted,
+                     runs=tuple(runs), before=tuple(pred.predict(values_of(profile, params))),
+                     after=tuple(pred.predict(fitted)), success=success, message="; ".join(messages),
+                     nfev=nfev, cost=cost, loss=loss, sigma_time_log=sigma_time_log,
+                     sigma_memory_log=sigma_memory_log, at_bound=tuple(at_bound))
+
+
+def _solve(ps: tuple[Param, ...], prior: dict, fixed: dict, data_residuals, loss: str,
+           max_nfev: int | None) -> dict:
+    """least_squares over the coefficients `ps`, the others held at `fixed`."""
+    from scipy.optimize import least_squares
+
+    u_prior = np.array([p.to_internal(prior[p.name]) for p in ps])
+    # Additive coefficients are already in sigmas internally (u = x / sigma); log ones are not.
+    sig = np.array([p.sigma if p.log else 1.0 for p in ps])
+    lo, hi = (np.array(b) for b in zip(*(p.internal_bounds() for p in ps)))
+
+    def values(u) -> dict:
+        v = dict(fixed)
+        v.update({p.name: min(max(p.from_internal(x), p.lo), p.hi) for p, x in zip(ps, u)})
+        return v
+
+    def residuals(u):
+        return np.concatenate([data_residuals(values(u)), (u - u_prior) / sig])
+
+    # Start strictly inside the bounds: trf scales the gradient by the distance to an active
+    # bound, so a start on the bound (a prior of 0 latency, 0 context) would stop at once.
+    inset = np.minimum(0.1, 0.01 * (hi - lo))
+    u0 = np.clip(np.array([p.to_internal(fixed[p.name]) for p in ps]), lo + inset, hi - inset)
+    res = least_squares(residuals, u0, bounds=(lo, hi), loss=loss, f_scale=1.0, method="trf",
+                        diff_step=1e-6, x_scale=1.0, max_nfev=max_nfev, ftol=FTOL, xtol=XTOL)
+    at_bound = [p.name for p, x, a, b, x0 in zip(ps, res.x, lo, hi, u_prior)
+                if min(abs(x - a), abs(x - b)) < 1e-6 and abs(x - x0) > 1e-6]
+    return {"values": {k: v for k, v in values(res.x).items() if k in {q.name for q in ps}},
+            "success": bool(res.success), "message": str(res.message), "nfev": int(res.nfev),
+            "cost": float(res.cost), "at_bound": at_bound}
+
+
+def predict_runs(profile: HardwareProfile, runs) -> list[Prediction]:
+    """Plain predictions of the runs with a profile (no fitting)."""
+    params = select_params(profile)
+    return Predictor(profile, runs, params).predict(values_of(profile, params))
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured
+
+
+def log_error(predicted: float, measured: float) -> float:
+    return math.log(predicted / measured)

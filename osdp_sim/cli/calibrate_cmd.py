@@ -1,0 +1,92 @@
+"""`osdp-sim calibrate`: fit a hardware profile's coefficients to validation records."""
+
+import shlex
+import sys
+from pathlib import Path
+
+HELP = ("fit a hardware profile's efficiency, latency, overlap and memory coefficients to measured "
+        "runs (validation records); report errors before, after and leave-one-out")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--hw", required=True, metavar="PROFILE", help="hardware profile (YAML file or name)")
+    p.add_argument("--records", required=True, nargs="+", metavar="DIR",
+                   help="folders (or files) of validation records to fit on")
+    p.add_argument("-o", "--output", required=True, metavar="CALIBRATED.yaml",
+                   help="where to write the calibrated profile")
+    p.add_argument("--report", metavar="REPORT.md", help="write the markdown report here")
+    p.add_argument("--plot", metavar="PNG", help="write the predicted-vs-measured plot here")
+    p.add_argument("--evaluate", nargs="+", default=[], metavar="DIR",
+                   help="records to predict before and after, but not fit on (e.g. oversubscribed runs)")
+    p.add_argument("--name", help="name of the calibrated profile (default: <profile>-calibrated)")
+    p.add_argument("--loss", default="soft_l1",
+                   help="robust loss of scipy least_squares: linear, soft_l1 (default), huber, cauchy, arctan")
+    p.add_argument("--params", nargs="+", metavar="NAME",
+                   help="fit only these coefficients (default: all of calibrate/params.py's set)")
+    p.add_argument("--free", nargs="+", default=[], metavar="NAME",
+                   help="also fit these: compute.bandwidth_efficiency, compute.backward_forward_ratio, "
+                        "compute.kernel_launch_s")
+    p.add_argument("--mem-limit", nargs="+", default=[], metavar="SIZE",
+                   help="memory limits for the search-pick check (default: two per model, between the "
+                        "smallest and largest measured peak)")
+    p.add_argument("--no-loo", action="store_true", help="skip leave-one-out (faster, less honest)")
+
+
+def run(args) -> int:
+    from osdp_sim.calibrate.calibration import calibrate
+    from osdp_sim.calibrate.params import select_params
+    from osdp_sim.calibrate.report import render, write_plot
+    from osdp_sim.calibrate.runs import load_runs
+    from osdp_sim.hardware.dump import save_profile
+    from osdp_sim.hardware.load import load_profile
+    from osdp_sim.units import parse_bytes
+
+    profile = load_profile(args.hw)
+    limits = [parse_bytes(s, field="--mem-limit") for s in args.mem_limit]
+    params = select_params(profile, args.params, args.free)
+    runs, excluded = load_runs(args.records, profile)
+    eval_runs = []
+    for d in args.evaluate:
+        more, more_excluded = load_runs([d], profile, strict=False)
+        eval_runs += more
+        excluded += more_excluded
+    if not runs:
+        from osdp_sim.errors import UserError
+        raise UserError(f"none of the {len(excluded)} records finished ok; nothing to fit",
+                        source=", ".join(args.records))
+    command = "osdp-sim calibrate " + " ".join(shlex.quote(a) for a in sys.argv[2:]) \
+        if len(sys.argv) > 1 and sys.argv[1] == "calibrate" else ""
+    cal = calibrate(profile, runs, excluded=excluded, eval_runs=eval_runs, loss=args.loss, params=params,
+                    loo=not args.no_loo, limits=limits, command=command, record_dirs=args.records,
+                    name=args.name)
+    out = Path(args.output)
+    save_profile(cal.result.profile, out,
+                 header_comment=f"Calibrated by osdp-sim calibrate on {len(runs)} runs ({cal.date}).\n"
+                 f"Base profile: {profile.source}. provenance.calibration says what it was fitted on.")
+    if args.plot:
+        write_plot(cal, args.plot)
+    text = render(cal, plot_path=args.plot, report_path=args.report, output_path=out)
+    if args.report:
+        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.report).write_text(text)
+    _summary(cal, out, args)
+    return 0
+
+
+def _summary(cal, out: Path, args) -> None:
+    from osdp_sim.calibrate import analysis
+    from osdp_sim.calibrate.report import WHICH, pct
+    r = cal.result
+    print(f"calibrated {cal.base.name} on {len(cal.runs)} runs -> {out} ({r.profile.name})")
+    for p in r.params:
+        print(f"  {p.name:42s} {p.show(r.prior[p.name]):>12s} -> {p.show(r.fitted[p.name]):>12s}")
+    for w in cal.available():
+        t = analysis.summarize(cal.time_errors(w))
+        m = analysis.summarize(cal.memory_errors(w))
+        print(f"  {WHICH[w]:30s} time MAPE {pct(t.mape, False):>6s} (worst {pct(t.worst)}), "
+              f"memory MAPE {pct(m.mape, False):>6s} (worst {pct(m.worst)})")
+    print(f"  noise floor: repeats vary {pct(cal.noise.time_cv, False)}, steps within a run "
+          f"{pct(cal.noise.within_run_cv, False)}")
+    for what in (args.report, args.plot):
+        if what:
+            print(f"  wrote {what}")

@@ -1,0 +1,41 @@
+"""`osdp-sim campaign FILE`: run every plan of a measurement campaign through `osdp-sim validate`,
+skipping runs already recorded (so an interrupted campaign resumes where it stopped)."""
+
+HELP = ("run a measurement campaign (validate/campaigns/*.yaml): every plan through `osdp-sim validate`, "
+        "one record each, resumable")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("campaign", metavar="FILE", help="campaign file (validate/campaigns/*.yaml)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the runs and which are recorded already; run nothing")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run again the runs whose record says failed, oom or timeout")
+    p.add_argument("--only", metavar="TEXT",
+                   help="run only the runs whose description contains TEXT (e.g. 'gpt2-tiny n2')")
+
+
+def run(args) -> int:
+    from osdp_sim.calibrate.campaign import load_campaign, pending, plan_jobs, run_campaign
+    from osdp_sim.hardware.load import load_profile
+
+    c = load_campaign(args.campaign)
+    hw = load_profile(c.hardware)
+    jobs = plan_jobs(c, hw=hw)
+    if args.only:
+        jobs = [j for j in jobs if args.only in j.label]
+    if args.dry_run:
+        todo = {id(j) for j in pending(jobs, retry_failed=args.retry_failed)}
+        for i, j in enumerate(jobs, 1):
+            state = "to run" if id(j) in todo else "recorded"
+            print(f"{i:3d}/{len(jobs)}  {state:8s}  {j.label}, seed {j.seed}  -> {j.record_path}")
+        print(f"{len(todo)} of {len(jobs)} to run")
+        return 0
+    s = run_campaign(c, jobs=jobs, retry_failed=args.retry_failed, hw=hw)
+    print(f"campaign {c.name}: {s.total} runs: {s.skipped} already recorded, {s.ran} run now "
+          f"({s.ok} ok, {len(s.failed)} not ok) in {s.wall_s / 60:.1f} min")
+    for label, status, path in s.failed:
+        print(f"  {status}: {label} ({path})")
+    print(f"records in {c.records_dir}/; fit with: osdp-sim calibrate --hw {c.hardware} "
+          f"--records {c.records_dir}/n<N> -o CALIBRATED.yaml --report REPORT.md --plot PLOT.png")
+    return 0 if not s.failed else 1

@@ -1,0 +1,347 @@
+"""Calibration: recovering known coefficients from records the cost model itself generated,
+leave-one-out, record checks, the CLI, and campaign files (validation, plan patterns, resume)."""
+
+import copy
+import json
+import math
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hwfixtures import simple_hw
+from osdp_sim.calibrate import analysis
+from osdp_sim.calibrate.campaign import (campaign_from_dict, expected_record_name, pending, plan_jobs,
+                                         run_campaign)
+from osdp_sim.calibrate.fit import Predictor, fit
+from osdp_sim.calibrate.loo import leave_one_out
+from osdp_sim.calibrate.params import prior_values, select_params, with_values
+from osdp_sim.calibrate.runs import load_runs, plan_label
+from osdp_sim.cli.main import main
+from osdp_sim.costmodel import estimate
+from osdp_sim.errors import UserError
+from osdp_sim.hardware.dump import save_profile
+from osdp_sim.hardware.load import load_profile
+from osdp_sim.model.load import load_model_config
+from osdp_sim.model.spec import build_spec
+from osdp_sim.plan.plan import GroupChoice, uniform_plan
+from osdp_sim.records import build_record, record_name, save_record
+
+MiB = 2**20
+
+# A CPU-like machine: 100 GFLOP/s, 1 GB/s collectives, 200 us latency; 2 devices.
+BASE = replace(simple_hw(count=2, per_node=2, busbw_gbps=1.0, latency_s=2e-4, launch_s=5e-5,
+                         peak_tflops=0.1, eff=0.5, slowdown=1.1, bw_gbps=10.0), name="synthetic")
+TRUTH = {"compute.efficiency_scale": 0.8, "collectives.efficiency.all_reduce": 0.6,
+         "overlap_slowdown": 1.2, "memory.context_bytes": 20 * MiB, "memory.fragmentation": 0.04}
+
+
+def campaign_plans(cfg, n=2):
+    out = [uniform_plan(cfg, s, devices=n, micro_batch=mb) for s in ("ddp", "zero2", "zero3") for mb in (2, 8)]
+    p = uniform_plan(cfg, "ddp", devices=n, micro_batch=4)
+    out.append(replace(p, choices={k: GroupChoice("zero3") if k.endswith("mlp") else c
+                                   for k, c in p.choices.items()}))
+    out.append(uniform_plan(cfg, "zero3", devices=n, micro_batch=4, checkpoint=True))
+    return out
+
+
+def measured(plan, hw, rng, time_noise=0.02, memory_noise=0.002):
+    e = estimate(build_spec(plan.model), hw, plan)
+    return (e.iteration_time_s * math.exp(rng.gauss(0, time_noise)),
+            e.peak_memory_bytes * math.exp(rng.gauss(0, memory_noise)))
+
+
+def make_record(plan, time_s, memory_bytes, *, profile_name="synthetic", device="cuda", seed=0,
+                threads=1, oversubscribed=False, status="ok"):
+    n = plan.devices
+    steps = [time_s * f for f in (0.99, 1.0, 1.01, 1.0)]
+    ranks = [{"step_times_s": steps, "memory": {"tracker_peak_bytes": int(memory_bytes)}, "losses": [5.0] * 4,
+              "status": "ok"} for _ in range(n)]
+    env = {"torch": "2.13.0", "backend": "fsdp2", "backend_version": "2.13.0", "device_kind": device,
+           "device_name": "test", "world_size": n, "threads_per_rank": threads, "cores": 2,
+           "oversubscribed": oversubscribed, "hostname": "test", "python": "3.11"}
+    failure = None if status == "ok" else {"rank": 0, "reason": "out of memory", "exit_code": 3,
+                                           "stderr_tail": ""}
+    return build_record(status=status, run_id="test-run", plan=plan,
+                        hardware_profile={"name": profile_name, "path": "x.yaml"}, env=env,
+                        settings={"warmup": 1, "iters": 4, "seed": seed},
+                        rank_results=ranks if status == "ok" else [None] * n, predicted=None, failure=failure)
+
+
+@pytest.fixture(scope="module")
+def synthetic_runs(tmp_path_factory):
+    """Records of 2 models x 8 plans (one plan repeated), measured = the cost model on the TRUTH
+    coefficients, plus 2% time and 0.2% memory noise."""
+    folder = tmp_path_factory.mktemp("records")
+    rng = random.Random(1)
+    hw_true = with_values(BASE, TRUTH)
+    for name in ("gpt2-tiny", "llama-tiny"):
+        for plan in campaign_plans(load_model_config(name)):
+            save_record(make_record(plan, *measured(plan, hw_true, rng)), folder)
+    plan = uniform_plan(load_model_config("gpt2-tiny"), "zero3", devices=2, micro_batch=8)
+    for seed in (1, 2):
+        save_record(make_record(plan, *measured(plan, hw_true, rng), seed=seed), folder)
+    runs, excluded = load_runs([folder], BASE)
+    return folder, runs, excluded
+
+
+@pytest.fixture(scope="module")
+def fitted(synthetic_runs):
+    return fit(BASE, synthetic_runs[1])
+
+
+# ---------------------------------------------------------------- fitting
+
+def test_fit_recovers_the_coefficients_that_generated_the_runs(fitted):
+    f = fitted.fitted
+    assert f["compute.efficiency_scale"] == pytest.approx(0.8, rel=0.03)
+    assert f["memory.fragmentation"] == pytest.approx(0.04, abs=0.006)
+    assert f["memory.context_bytes"] == pytest.approx(20 * MiB, abs=2 * MiB)
+    runs = fitted.runs
+    after_t = analysis.summarize(analysis.time_errors(runs, fitted.after))
+    after_m = analysis.summarize(analysis.memory_errors(runs, fitted.after))
+    before_t = analysis.summarize(analysis.time_errors(runs, fitted.before))
+    assert before_t.mape > 0.15                 # the unperturbed profile is far off
+    assert after_t.mape < 0.03                  # within the 2% noise
+    assert after_m.mape < 0.004 and abs(after_m.worst) < 0.01
+
+
+def test_leave_one_plan_out_predicts_unseen_plans_and_holds_repeats_out_together(synthetic_runs):
+    runs = [r for r in synthetic_runs[1] if r.model_name == "gpt2-tiny"]     # 10 runs: keep it fast
+    full = fit(BASE, runs)
+    loo = leave_one_out(full, BASE, progress=None)
+    assert len(runs) == 10 and loo.folds == 8   # the three repeats of one plan are one fold
+    t = analysis.summarize(analysis.time_errors(runs, loo.predictions))
+    m = analysis.summarize(analysis.memory_errors(runs, loo.predictions))
+    assert t.mape < 0.04 and m.mape < 0.006
+
+
+def test_memory_shortcut_equals_the_cost_model(synthetic_runs):
+    runs = synthetic_runs[1][:4]
+    params = select_params(BASE)
+    values = {p.name: prior_values(BASE, params)[p.name] for p in params}
+    values.update({"memory.context_bytes": 7 * MiB, "memory.fragmentation": 0.11,
+                   "collectives.efficiency.all_gather": 0.5})
+    preds = Predictor(BASE, runs, params).predict(values)
+    hw = with_values(BASE, values)
+    for r, p in zip(runs, preds):
+        e = estimate(r.spec, hw, r.plan)
+        assert p.memory_bytes == pytest.approx(e.peak_memory_bytes, rel=1e-9)
+        assert p.time_s == pytest.approx(e.iteration_time_s, rel=1e-12)
+
+
+def test_prior_of_a_calibrated_profile_stays_on_the_measured_value():
+    params = select_params(BASE)
+    cal = replace(with_values(BASE, {"compute.efficiency_scale": 0.7}),
+                  provenance={"calibration": {"coefficients": {"compute.efficiency_scale":
+                                                               {"before": 1.0, "after": 0.7}}}})
+    assert prior_values(cal, params)["compute.efficiency_scale"] == 1.0
+
+
+def test_plan_labels():
+    cfg = load_model_config("gpt2-tiny")
+    assert plan_label(uniform_plan(cfg, "zero3", devices=2, micro_batch=4, checkpoint=True)) == "zero3 mb4 ckpt"
+    p = uniform_plan(cfg, "ddp", devices=2, micro_batch=8)
+    p = replace(p, choices={k: GroupChoice("zero3") if k.endswith("mlp") else c for k, c in p.choices.items()})
+    assert plan_label(p) == "root ddp / attn ddp / mlp zero3 mb8"
+
+
+# ---------------------------------------------------------------- record checks
+
+def _one_record_dir(tmp_path, **kw):
+    plan = uniform_plan(load_model_config("gpt2-tiny"), "zero3", devices=kw.pop("devices", 2), micro_batch=4)
+    rec = make_record(plan, 0.1, 100 * MiB, **kw)
+    return rec, tmp_path
+
+
+@pytest.mark.parametrize("kw, field", [
+    ({"profile_name": "titan8"}, "hardware_profile.name"),
+    ({"device": "cpu"}, "env.device_kind"),
+    ({"devices": 4}, "env.world_size"),
+    ({"oversubscribed": True}, "env.oversubscribed"),
+])
+def test_mismatched_records_name_the_file_and_field(tmp_path, kw, field):
+    rec, folder = _one_record_dir(tmp_path, **kw)
+    path = save_record(rec, folder)
+    with pytest.raises(UserError) as e:
+        load_runs([folder], BASE)
+    assert e.value.source == str(path) and e.value.field == field
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.update(format="something-else"), "format"),
+    (lambda d: d["measured"].pop("peak_memory_bytes"), "measured.peak_memory_bytes"),
+    (lambda d: d["env"].pop("world_size"), "env.world_size"),
+    (lambda d: d["measured"]["iteration_time_s"].update(median=None), "measured.iteration_time_s.median"),
+])
+def test_malformed_records_name_the_file_and_field(tmp_path, edit, field):
+    rec, folder = _one_record_dir(tmp_path)
+    d = copy.deepcopy(rec)
+    edit(d)
+    path = folder / "bad.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(UserError) as e:
+        load_runs([folder], BASE)
+    assert e.value.source == str(path) and e.value.field == field
+
+
+def test_threads_must_match_the_profiles_measurement(tmp_path):
+    rec, folder = _one_record_dir(tmp_path, threads=2)
+    save_record(rec, folder)
+    prof = replace(BASE, provenance={"threads_per_rank": 1})
+    with pytest.raises(UserError, match="threads") as e:
+        load_runs([folder], prof)
+    assert e.value.field == "env.threads_per_rank"
+
+
+def test_failed_runs_are_excluded_not_fitted(tmp_path):
+    rec, folder = _one_record_dir(tmp_path)
+    save_record(rec, folder)
+    plan = uniform_plan(load_model_config("gpt2-tiny"), "ddp", devices=2, micro_batch=64)
+    save_record(make_record(plan, 0, 0, status="oom"), folder)
+    runs, excluded = load_runs([folder], BASE)
+    assert len(runs) == 1 and len(excluded) == 1 and "status oom" in excluded[0][1]
+
+
+# ---------------------------------------------------------------- the command
+
+def test_calibrate_command_writes_profile_report_and_plot(tmp_path, synthetic_runs, capsys):
+    folder = synthetic_runs[0]
+    hw_path = tmp_path / "synthetic.yaml"
+    save_profile(BASE, hw_path)
+    out, report, plot = tmp_path / "cal.yaml", tmp_path / "report.md", tmp_path / "cal.png"
+    rc = main(["calibrate", "--hw", str(hw_path), "--records", str(folder), "-o", str(out),
+               "--report", str(report), "--plot", str(plot), "--no-loo"])
+    assert rc == 0
+    cal = load_profile(out)
+    assert cal.name == "synthetic-calibrated"
+    prov = cal.provenance["calibration"]
+    assert prov["records"]["count"] == 18 and len(prov["records"]["files"]) == 18
+    assert prov["coefficients"]["compute.efficiency_scale"]["before"] == 1.0
+    assert prov["coefficients"]["compute.efficiency_scale"]["after"] == pytest.approx(0.8, rel=0.03)
+    assert cal.compute.efficiency_scale == pytest.approx(0.8, rel=0.03)
+    text = report.read_text()
+    for heading in ("## Summary", "## Coefficients", "## Per run: iteration time", "## Per run: peak memory",
+                    "## Noise floor", "## Rank correlation", "## Would the search pick"):
+        assert heading in text
+    assert plot.stat().st_size > 10_000
+    # A calibrated profile accepts the records of its base profile and recalibrates to the same place.
+    rc = main(["calibrate", "--hw", str(out), "--records", str(folder), "-o", str(tmp_path / "again.yaml"),
+               "--no-loo"])
+    assert rc == 0
+    again = load_profile(tmp_path / "again.yaml")
+    assert again.name == "synthetic-calibrated"
+    assert again.compute.efficiency_scale == pytest.approx(cal.compute.efficiency_scale, rel=1e-3)
+
+
+def test_calibrate_command_mismatch_is_one_line_exit_2(tmp_path, capsys):
+    rec, folder = _one_record_dir(tmp_path, profile_name="other")
+    save_record(rec, folder)
+    hw_path = tmp_path / "synthetic.yaml"
+    save_profile(BASE, hw_path)
+    rc = main(["calibrate", "--hw", str(hw_path), "--records", str(folder), "-o", str(tmp_path / "o.yaml")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "hardware_profile.name" in err and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- campaigns
+
+CAMPAIGN = {
+    "name": "test", "hardware": "titan8", "device": "cpu", "records_dir": "RECORDS", "warmup": 1, "iters": 3,
+    "threads": 1, "plan_defaults": {"precision": "fp32"},
+    "runs": [{"model": "gpt2-tiny", "nproc": 2, "plans": [
+        {"strategy": "ddp", "micro_batch": 4},
+        {"strategy": "zero3", "micro_batch": 4, "checkpoint": True, "repeats": 2},
+        {"groups": {"attn": "ddp", "mlp": "zero3", "root": "zero2"}, "micro_batch": 4},
+        {"groups": {"default": "zero2", "block1": "zero3",
+                    "mlp": {"strategy": "zero2", "slices": 2, "sharded_slices": 1}}, "micro_batch": 2},
+        {"strategy": "zero3", "micro_batch": 4, "checkpoint": True},     # duplicate of repeat 1: one run
+    ]}],
+}
+
+
+def _campaign(tmp_path, **changes):
+    d = copy.deepcopy(CAMPAIGN)
+    d["records_dir"] = str(tmp_path / "records")
+    d.update(changes)
+    return d
+
+
+def test_campaign_plans_expand_patterns(tmp_path):
+    c = campaign_from_dict(_campaign(tmp_path), "c.yaml")
+    jobs = plan_jobs(c)
+    assert len(jobs) == 5
+    mixed = jobs[3].plan
+    assert mixed.choices["block0.attn"] == GroupChoice("ddp") and mixed.choices["block3.mlp"] == GroupChoice("zero3")
+    assert mixed.choices["root"] == GroupChoice("zero2") and mixed.precision == "fp32"
+    split = jobs[4].plan
+    assert split.choices["block0.mlp"] == GroupChoice("zero2", 2, 1)
+    assert split.choices["block1.attn"] == GroupChoice("zero3")       # block1 beats the default
+    assert split.choices["block1.mlp"] == GroupChoice("zero3")        # block<i> beats attn/mlp patterns
+    assert [j.seed for j in jobs[1:3]] == [0, 1] and jobs[1].plan.checkpoint == (True,) * 4
+    assert all(j.record_path.parent == tmp_path / "records" / "n2" for j in jobs)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"device": "tpu"}, "device"),
+    ({"iters": 0}, "iters"),
+    ({"bogus": 1}, "bogus"),
+    ({"runs": []}, "runs"),
+    ({"runs": [{"model": "nope", "nproc": 2, "plans": [{"strategy": "ddp", "micro_batch": 1}]}]}, "runs[0].model"),
+    ({"runs": [{"model": "gpt2-tiny", "nproc": 2, "plans": [{"strategy": "ddp"}]}]}, "runs[0].plans[0].micro_batch"),
+    ({"runs": [{"model": "gpt2-tiny", "nproc": 2, "plans": [{"strategy": "zero4", "micro_batch": 1}]}]},
+     "runs[0].plans[0].strategy"),
+    ({"runs": [{"model": "gpt2-tiny", "nproc": 2,
+                "plans": [{"strategy": "ddp", "groups": {}, "micro_batch": 1}]}]}, "runs[0].plans[0]"),
+    ({"runs": [{"model": "gpt2-tiny", "nproc": 2, "plans": [{"search": {"limit": 1}, "micro_batch": 1}]}]},
+     "runs[0].plans[0].search"),
+    ({"runs": [{"model": "gpt2-tiny", "nproc": 2, "plans": [{"strategy": "ddp", "micro_batch": 1,
+                                                             "checkpoint": "some"}]}]},
+     "runs[0].plans[0].checkpoint"),
+])
+def test_campaign_file_errors_name_the_field(tmp_path, change, field):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_campaign(tmp_path, **change)))
+    from osdp_sim.calibrate.campaign import load_campaign
+    with pytest.raises(UserError) as e:
+        load_campaign(path)
+    assert e.value.source == str(path) and e.value.field == field
+
+
+def test_campaign_group_pattern_errors_name_the_field(tmp_path):
+    d = _campaign(tmp_path, runs=[{"model": "gpt2-tiny", "nproc": 2,
+                                   "plans": [{"groups": {"attn": "ddp", "mlp": "zero3"}, "micro_batch": 1}]}])
+    c = campaign_from_dict(d, "c.yaml")
+    with pytest.raises(UserError) as e:
+        plan_jobs(c)
+    assert e.value.field == "runs[0].plans[0].groups.root"
+
+
+def test_record_names_match_what_validate_writes(tmp_path):
+    c = campaign_from_dict(_campaign(tmp_path), "c.yaml")
+    for job in plan_jobs(c):
+        rec = make_record(job.plan, 0.1, 50 * MiB, device="cpu", seed=job.seed)
+        rec["settings"] = {"warmup": 1, "iters": 3, "seed": job.seed}
+        assert record_name(rec) == job.record_path.name
+
+
+def test_campaign_resumes_skipping_recorded_runs(tmp_path, capsys):
+    c = campaign_from_dict(_campaign(tmp_path), "c.yaml")
+    jobs = plan_jobs(c)
+    for job in jobs:                 # every run recorded (as validate would name them)
+        rec = make_record(job.plan, 0.1, 50 * MiB, device="cpu", seed=job.seed, profile_name="titan8")
+        rec["settings"] = {"warmup": 1, "iters": 3, "seed": job.seed}
+        save_record(rec, job.record_path.parent)
+    assert pending(jobs) == []
+    summary = run_campaign(c, jobs=jobs)        # the real runner: nothing may be started
+    assert summary.ran == 0 and summary.skipped == 5
+    jobs[2].record_path.unlink()
+    jobs[3].record_path.write_text("{ half a file")
+    assert pending(jobs) == [jobs[2], jobs[3]]
+    failed = make_record(jobs[0].plan, 0, 0, device="cpu", status="oom", profile_name="titan8")
+    failed["settings"] = {"warmup": 1, "iters": 3, "seed": 0}
+    save_record(failed, jobs[0].record_path.parent)
+    assert pending(jobs) == [jobs[2], jobs[3]]
+    assert pending(jobs, retry_failed=True) == [jobs[0], jobs[2], jobs[3]]
