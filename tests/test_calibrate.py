@@ -345,3 +345,20 @@ def test_campaign_resumes_skipping_recorded_runs(tmp_path, capsys):
     save_record(failed, jobs[0].record_path.parent)
     assert pending(jobs) == [jobs[2], jobs[3]]
     assert pending(jobs, retry_failed=True) == [jobs[0], jobs[2], jobs[3]]
+
+
+def test_a_run_without_a_memory_measurement_still_counts_for_time(tmp_path, synthetic_runs):
+    folder = synthetic_runs[0]
+    files = sorted(folder.glob("*.json"))[:6]
+    for f in files:
+        d = json.loads(f.read_text())
+        (tmp_path / f.name).write_text(json.dumps(d))
+    d = json.loads(files[0].read_text())
+    d["measured"]["peak_memory_bytes"] = None          # MemTracker failed on that run
+    (tmp_path / files[0].name).write_text(json.dumps(d))
+    runs, _ = load_runs([tmp_path], BASE)
+    assert sum(r.memory_bytes is None for r in runs) == 1
+    res = fit(BASE, runs, params=select_params(BASE, ["compute.efficiency_scale", "memory.fragmentation"]))
+    errs = analysis.memory_errors(runs, res.after)
+    assert sum(e is None for e in errs) == 1
+    assert analysis.summarize(errs).n == 5

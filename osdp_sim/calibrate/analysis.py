@@ -19,15 +19,18 @@ class ErrorSummary:
     n: int
 
 
-def errors(preds, measured) -> list[float]:
-    return [(p - m) / m for p, m in zip(preds, measured)]
+def errors(preds, measured) -> list[float | None]:
+    """Signed relative errors; None where nothing was measured."""
+    return [None if m is None else (p - m) / m for p, m in zip(preds, measured)]
 
 
-def summarize(errs: list[float]) -> ErrorSummary:
-    if not errs:
+def summarize(errs: list[float | None]) -> ErrorSummary:
+    idx = [k for k, e in enumerate(errs) if e is not None]
+    if not idx:
         return ErrorSummary(math.nan, math.nan, math.nan, -1, 0)
-    i = max(range(len(errs)), key=lambda k: abs(errs[k]))
-    return ErrorSummary(statistics.fmean(abs(e) for e in errs), statistics.fmean(errs), errs[i], i, len(errs))
+    i = max(idx, key=lambda k: abs(errs[k]))
+    vals = [errs[k] for k in idx]
+    return ErrorSummary(statistics.fmean(abs(e) for e in vals), statistics.fmean(vals), errs[i], i, len(vals))
 
 
 def time_errors(runs, preds: list[Prediction]) -> list[float]:
@@ -70,15 +73,16 @@ def noise_floor(runs: list[Run]) -> NoiseFloor:
         if len(rs) < 2:
             continue
         t = [r.time_s for r in rs]
-        m = [r.memory_bytes for r in rs]
+        m = [r.memory_bytes for r in rs if r.memory_bytes is not None]
         mean_t = statistics.fmean(t)
         groups.append(RepeatGroup(rs[0].label, rs[0].model_name, rs[0].world_size, len(rs), mean_t,
                                   statistics.stdev(t) / mean_t, (max(t) - min(t)) / mean_t,
-                                  (max(m) - min(m)) / statistics.fmean(m)))
+                                  (max(m) - min(m)) / statistics.fmean(m) if len(m) > 1 else math.nan))
     pooled = math.sqrt(statistics.fmean(g.time_cv ** 2 for g in groups)) if groups else math.nan
     within = statistics.median(r.time_spread for r in runs) if runs else math.nan
     return NoiseFloor(tuple(groups), pooled, max((g.time_range for g in groups), default=math.nan),
-                      max((g.memory_range for g in groups), default=math.nan), within)
+                      max((g.memory_range for g in groups if not math.isnan(g.memory_range)),
+                          default=math.nan), within)
 
 
 # ---------------------------------------------------------------- plans (repeats merged)
@@ -90,7 +94,7 @@ class PlanPoint:
     model_name: str
     world_size: int
     measured_sps: float          # samples/s from the mean measured time over repeats
-    measured_memory: float       # largest measured peak over repeats
+    measured_memory: float | None  # largest measured peak over repeats (None: not measured)
     predicted_sps: float
     predicted_memory: float
 
@@ -104,8 +108,9 @@ def plan_points(runs: list[Run], preds: list[Prediction]) -> list[PlanPoint]:
         r0 = runs[idx[0]]
         t = statistics.fmean(runs[i].time_s for i in idx)
         pt = statistics.fmean(preds[i].time_s for i in idx)
+        mems = [runs[i].memory_bytes for i in idx if runs[i].memory_bytes is not None]
         out.append(PlanPoint(r0.plan_id, r0.label, r0.model_name, r0.world_size, r0.samples / t,
-                             max(runs[i].memory_bytes for i in idx), r0.samples / pt,
+                             max(mems) if mems else None, r0.samples / pt,
                              max(preds[i].memory_bytes for i in idx)))
     return out
 
@@ -171,7 +176,7 @@ class PickCheck:
 def auto_limits(points: list[PlanPoint]) -> list[float]:
     """Two limits that bind: between the smallest and the largest measured peak of the group,
     at about a third and two thirds of the way, rounded to whole MiB."""
-    peaks = sorted(p.measured_memory for p in points)
+    peaks = sorted(p.measured_memory for p in points if p.measured_memory is not None)
     if len(peaks) < 3 or peaks[-1] <= peaks[0] * 1.02:
         return []
     lo, hi = peaks[0], peaks[-1]
@@ -183,6 +188,7 @@ def search_picks(points: list[PlanPoint], limits: list[float] | None = None) -> 
     pick (by prediction) against the one measured fastest. `limits` None: auto_limits per group."""
     out = []
     for (model, world), ps in _by_group(points).items():
+        ps = [p for p in ps if p.measured_memory is not None]   # feasibility needs a measured peak
         if len(ps) < 2:
             continue
         for limit in (limits if limits else auto_limits(ps)):

@@ -123,9 +123,10 @@ def fit(profile: HardwareProfile, runs, *, loss: str = "soft_l1", params: tuple[
     init.update({k: v for k, v in (start or {}).items() if k in init})
     pred = Predictor(profile, runs, params)
     t_meas = np.array([r.time_s for r in runs])
-    m_meas = np.array([r.memory_bytes for r in runs])
+    has_mem = np.array([r.memory_bytes is not None for r in runs])
+    m_meas = np.array([r.memory_bytes for r in runs if r.memory_bytes is not None], dtype=float)
     time_ps = tuple(p for p in params if p.affects == "time")
-    mem_ps = tuple(p for p in params if p.affects == "memory")
+    mem_ps = tuple(p for p in params if p.affects == "memory") if has_mem.any() else ()
     fitted = dict(init)
 
     def time_residuals(vals: dict) -> np.ndarray:
@@ -133,7 +134,7 @@ def fit(profile: HardwareProfile, runs, *, loss: str = "soft_l1", params: tuple[
         return np.log(t / t_meas) / sigma_time_log
 
     def mem_residuals(vals: dict) -> np.ndarray:
-        m = np.array([p.memory_bytes for p in pred.predict(vals)])
+        m = np.array([p.memory_bytes for p in pred.predict(vals)])[has_mem]
         return np.log(np.maximum(m, 1.0) / m_meas) / sigma_memory_log
 
     stages = [(time_ps, time_residuals), (mem_ps, mem_residuals)]

@@ -22,8 +22,12 @@ def ms(t: float) -> str:
     return f"{t * 1e3:.1f}"
 
 
-def mib(b: float) -> str:
-    return f"{b / MiB:.1f}"
+def mib(b: float | None) -> str:
+    return "–" if b is None else f"{b / MiB:.1f}"
+
+
+def rel(p: float, m: float | None) -> float | None:
+    return None if m is None else (p - m) / m
 
 
 def _table(header: list[str], rows: list[list[str]], align: str | None = None) -> list[str]:
@@ -114,6 +118,8 @@ def render(cal: Calibration, *, plot_path: str | Path | None = None, report_path
         header = ["#", "model", "n", "plan", "measured"]
         for w in cal.available():
             header += [{"before": "before", "after": "after", "loo": "LOO"}[w], "err"]
+        if kind == "time":
+            header += ["step CV", "load"]
         rows = []
         errs = {w: (cal.time_errors(w) if kind == "time" else cal.memory_errors(w)) for w in cal.available()}
         for i, run in enumerate(runs):
@@ -122,6 +128,8 @@ def render(cal: Calibration, *, plot_path: str | Path | None = None, report_path
             for w in cal.available():
                 p = cal.predictions(w)[i]
                 row += [fmt(p.time_s if kind == "time" else p.memory_bytes), pct(errs[w][i])]
+            if kind == "time":
+                row += [pct(run.time_spread, False), "–" if run.load_avg is None else f"{run.load_avg:.2f}"]
             rows.append(row)
         lines += _table(header, rows, "llrl" + "r" * (len(header) - 4))
         lines.append("")
@@ -187,13 +195,11 @@ def render(cal: Calibration, *, plot_path: str | Path | None = None, report_path
             rows.append([run.model_name, str(run.world_size), "yes" if run.oversubscribed else "no", run.label,
                          ms(run.time_s), pct((b.time_s - run.time_s) / run.time_s),
                          pct((a.time_s - run.time_s) / run.time_s), mib(run.memory_bytes),
-                         pct((b.memory_bytes - run.memory_bytes) / run.memory_bytes),
-                         pct((a.memory_bytes - run.memory_bytes) / run.memory_bytes)])
+                         pct(rel(b.memory_bytes, run.memory_bytes)), pct(rel(a.memory_bytes, run.memory_bytes))])
         lines += _table(["model", "n", "oversubscribed", "plan", "time (ms)", "before", "after",
                          "memory (MiB)", "before", "after"], rows, "lrllrrrrrr")
         et = analysis.summarize([(a.time_s - x.time_s) / x.time_s for x, a in zip(cal.eval_runs, cal.eval_after)])
-        em = analysis.summarize([(a.memory_bytes - x.memory_bytes) / x.memory_bytes
-                                 for x, a in zip(cal.eval_runs, cal.eval_after)])
+        em = analysis.summarize([rel(a.memory_bytes, x.memory_bytes) for x, a in zip(cal.eval_runs, cal.eval_after)])
         lines += ["", f"After calibration: time MAPE {pct(et.mape, False)} (worst {pct(et.worst)}), "
                   f"memory MAPE {pct(em.mape, False)} (worst {pct(em.worst)}).", ""]
 

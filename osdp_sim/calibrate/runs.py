@@ -26,11 +26,12 @@ class Run:
     world_size: int
     time_s: float                  # measured: median over timed steps of the slowest rank's step
     time_spread: float             # within the run: std / mean of the timed steps
-    memory_bytes: float            # measured: tracked peak, largest over ranks
+    memory_bytes: float | None     # measured: tracked peak, largest over ranks (None: not measured)
     samples: int                   # per optimizer step, all ranks together
     plan_id: str                   # the plan and its settings, without the seed: repeats share it
     label: str                     # short description of the plan for tables
     oversubscribed: bool = False
+    load_avg: float | None = None  # 1-minute load average when the run ended (other work inflates times)
 
     @property
     def samples_per_s(self) -> float:
@@ -125,11 +126,13 @@ def run_from_record(record, profile: HardwareProfile, *, strict: bool = True) ->
                           "backend": env["backend"], "warmup": settings["warmup"],
                           "iters": settings["iters"]}, sort_keys=True)
     plan = record.plan
+    peak = d["measured"]["peak_memory_bytes"]
     return Run(source=src, model_name=record.model.name, spec=build_spec(record.model), plan=plan,
                world_size=world, time_s=float(t["median"]), time_spread=spread,
-               memory_bytes=float(d["measured"]["peak_memory_bytes"]),
+               memory_bytes=None if peak is None else float(peak),
                samples=plan.micro_batch * plan.grad_accum * plan.devices, plan_id=plan_id,
-               label=plan_label(plan), oversubscribed=bool(env["oversubscribed"]))
+               label=plan_label(plan), oversubscribed=bool(env["oversubscribed"]),
+               load_avg=env.get("load_avg_1m"))
 
 
 def runs_from_records(records, profile: HardwareProfile, *, strict: bool = True

@@ -21,13 +21,15 @@ def plot_calibration(path: str | Path, measured_time_s, measured_memory_bytes, s
               "after": dict(marker="o", color="tab:blue", s=24),
               "leave-one-out": dict(marker="x", color="tab:orange", s=36)}
     fig, axes = plt.subplots(1, 2, figsize=(11, 5))
-    panels = [(axes[0], [t * 1e3 for t in measured_time_s], 0, 1e3, "iteration time (ms)", TIME_BAND),
-              (axes[1], [m / 2**20 for m in measured_memory_bytes], 1, 1 / 2**20, "peak memory (MiB)",
-               MEMORY_BAND)]
-    for ax, xs, k, scale, what, band in panels:
+    panels = [(axes[0], 0, 1e3, "iteration time (ms)", TIME_BAND),
+              (axes[1], 1, 1 / 2**20, "peak memory (MiB)", MEMORY_BAND)]
+    measured = (measured_time_s, measured_memory_bytes)
+    for ax, k, scale, what, band in panels:
+        keep = [i for i, m in enumerate(measured[k]) if m is not None]   # runs without a measurement
+        xs = [measured[k][i] * scale for i in keep]
         values = list(xs)
         for label, preds in series.items():
-            ys = [v * scale for v in preds[k]]
+            ys = [preds[k][i] * scale for i in keep]
             values += ys
             ax.scatter(xs, ys, label=label, zorder=3, **styles.get(label, {}))
         lo, hi = min(values) / 1.15, max(values) * 1.15
