@@ -362,3 +362,22 @@ def test_a_run_without_a_memory_measurement_still_counts_for_time(tmp_path, synt
     errs = analysis.memory_errors(runs, res.after)
     assert sum(e is None for e in errs) == 1
     assert analysis.summarize(errs).n == 5
+
+
+@pytest.mark.slow
+def test_campaign_runs_a_real_validate_then_skips_it_on_resume(tmp_path):
+    model = tmp_path / "tiny2.yaml"
+    model.write_text(yaml.safe_dump({"name": "gpt2-2l", "family": "gpt2", "layers": 2, "hidden": 64, "heads": 2,
+                                     "vocab": 512, "seq_len": 32}))
+    d = {"name": "real", "hardware": "titan8", "device": "cpu", "records_dir": str(tmp_path / "rec"),
+         "warmup": 1, "iters": 2, "threads": 1,
+         "runs": [{"model": str(model), "nproc": 2, "plans": [{"strategy": "zero3", "micro_batch": 2}]}]}
+    c = campaign_from_dict(d, "real.yaml")
+    first = run_campaign(c, log=None)
+    assert (first.ran, first.ok, first.failed) == (1, 1, [])
+    [job] = plan_jobs(c)
+    from osdp_sim.records import load_record
+    rec = load_record(job.record_path)
+    assert rec.ok and rec.model.n_layers == 2 and rec.data["settings"]["iters"] == 2
+    again = run_campaign(c, log=None)
+    assert (again.ran, again.skipped) == (0, 1)

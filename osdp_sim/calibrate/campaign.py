@@ -370,6 +370,9 @@ def plan_jobs(c: Campaign, *, hw=None) -> list[Job]:
     ranks and seed listed twice is one run)."""
     from osdp_sim.model.load import load_model_config
     from osdp_sim.runtime.launch import available_cores
+    if hw is None and any("search" in p for run in c.runs for p in run.plans):
+        from osdp_sim.hardware.load import load_profile
+        hw = load_profile(c.hardware)
     jobs, seen = [], set()
     for run in c.runs:
         cfg = load_model_config(run.model, seq_len=run.seq_len)
