@@ -8,16 +8,19 @@ FairScale's FSDP module a `torch` whose `cuda` namespace hands out one no-op str
 (ENABLE_NCCL_BASE_COLLECTIVES=0, read at import, and the module flags it sets): with them on, its
 bucketed reduce-scatter hands gloo a 2-D tensor, which gloo rejects. On CUDA nothing is patched.
 
+Works on CPU with the shim (tests/test_runtime_parallelize.py): zero2, zero3 and mixes of them,
+splits (each sharded slice of each Linear its own unit), checkpointing (FairScale's own
+checkpoint_wrapper), bf16 (compute_dtype bf16, fp32 reduce-scatter), AdamW and SGD.
 What FairScale cannot do, and raises UserError for (use --backend fsdp2):
-- ddp groups: FairScale cannot replicate a submodule inside a sharded model (in the OSDP code
-  such operators stay sharded at rest and are gathered by the root wrapper instead);
-- hybrid sharding (shard_group < devices);
-- bf16 on CPU (FairScale's mixed precision casts on CUDA streams only; see docs/runtime.md).
+- ddp groups, split or not: FairScale cannot replicate a submodule inside a sharded model (in the
+  OSDP code such operators stay sharded at rest and are gathered by the root wrapper instead);
+- hybrid sharding (shard_group < devices): FairScale FSDP shards over one process group.
 """
 
 import contextlib
 import os
 import types
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -140,6 +143,8 @@ def apply_plan_fairscale(model: nn.Module, plan: Plan, *, device: torch.device) 
     model itself cannot be sharded in place by FairScale)."""
     _check(plan, device)
     _cpu_shim()
+    # FairScale calls the deprecated tensor.storage() on every parameter, every step.
+    warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
     model.to(device)
     from fairscale.nn.checkpoint import checkpoint_wrapper
 

@@ -35,21 +35,26 @@ class RMSNorm(nn.RMSNorm):
         return _RMSNormFunction.apply(x, self.weight, self.eps)
 
 
+def _opmath(t: torch.Tensor) -> torch.Tensor:
+    """At least fp32 (bf16 computes in fp32; fp64 stays fp64)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
-        xf = x.float()
+        xf = _opmath(x)
         rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, rstd)
-        return (xf * rstd * weight.float()).to(x.dtype)
+        return (xf * rstd * _opmath(weight)).to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad):
         x, weight, rstd = ctx.saved_tensors
-        x_hat = x.float() * rstd
-        grad_f = grad.float()
+        x_hat = _opmath(x) * rstd
+        grad_f = _opmath(grad)
         grad_weight = (grad_f * x_hat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
-        d_hat = grad_f * weight.float()
+        d_hat = grad_f * _opmath(weight)
         grad_x = rstd * (d_hat - x_hat * (d_hat * x_hat).mean(-1, keepdim=True))
         return grad_x.to(x.dtype), grad_weight, None
 
