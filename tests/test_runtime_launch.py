@@ -211,7 +211,7 @@ def test_stopping_the_launcher_stops_every_rank(tmp_path, sig):
         launcher.send_signal(sig)
         launcher.wait(timeout=30)
         deadline = time.monotonic() + 15
-        while processes_with(run_id) and time.monotonic() < deadline:
+        while (processes_with(run_id) or any(alive(p) for p in ranks)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert_all_gone(ranks, run_id)
     finally:                           # a failing test must not leave its launcher running

@@ -1,0 +1,49 @@
+"""Print the measured-vs-predicted table of docs/validation.md from the records in a folder.
+
+    python validate/table.py [validate/records]
+"""
+
+import sys
+from pathlib import Path
+
+from osdp_sim.records import load_records
+
+HERE = Path(__file__).resolve().parent
+MiB = 2**20
+
+
+def rows(folder) -> list[str]:
+    out = ["| plan | seed | status | step time measured (mean ± std) | predicted | error | "
+           "peak memory measured | predicted | error | load (1 min) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    records = load_records([folder])
+    order = {"zero3": 0, "mixed": 1, "ddp": 2}
+    records.sort(key=lambda r: (order.get(r.plan.notes.get("name"), 9), r.data["settings"]["seed"]))
+    for r in records:
+        d = r.data
+        t, m = d["measured"]["iteration_time_s"], d["measured"]
+        p, e = d["predicted"] or {}, d["errors"] or {}
+        name = r.plan.notes.get("name", d["run_id"])
+        out.append(
+            f"| {name} | {d['settings']['seed']} | {d['status']} "
+            f"| {_ms(t['mean'])} ± {_ms(t['std'])} | {_ms(p.get('iteration_time_s'))} "
+            f"| {_pct(e.get('iteration_time_rel'))} "
+            f"| {_mib(m['peak_memory_bytes'])} | {_mib(p.get('peak_memory_bytes'))} "
+            f"| {_pct(e.get('peak_memory_rel'))} | {d['env'].get('load_avg_1m', '-')} |")
+    return out
+
+
+def _ms(v):
+    return "-" if v is None else f"{v * 1e3:.1f} ms"
+
+
+def _mib(v):
+    return "-" if v is None else f"{v / MiB:.1f} MiB"
+
+
+def _pct(v):
+    return "-" if v is None else f"{v * 100:+.1f}%"
+
+
+if __name__ == "__main__":
+    print("\n".join(rows(sys.argv[1] if len(sys.argv) > 1 else HERE / "records")))
