@@ -142,7 +142,14 @@ def run(args) -> int:
     logs = f"; rank logs in {outcome.run_dir}" if outcome.run_dir else ""
     print(f"osdp-sim validate: {outcome.status}: {f.get('reason', 'unknown')} (record: {path}{logs})",
           file=sys.stderr)
-    return EXIT_OOM if outcome.status == "oom" else EXIT_FAILED
+    code = EXIT_OOM if outcome.status == "oom" else EXIT_FAILED
+    if torchrun:
+        # Peers may be blocked in a collective: leave without process-group teardown; torchrun
+        # sees the non-zero exit and stops them.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _write_record(args, outcome, plan, hw_info, spec, predicted):
