@@ -131,6 +131,9 @@ def run(args) -> int:
     else:
         outcome = launcher.launch(spec, plan.devices, timeout_s=args.timeout, run_dir=args.run_dir)
 
+    if torchrun and outcome.status == "failed" and _cause_already_recorded(args, outcome, plan, spec):
+        sys.stderr.flush()
+        os._exit(EXIT_FAILED)      # a peer's failure record names the cause; do not overwrite it
     record, path = _write_record(args, outcome, plan, hw_info, spec, predicted)
     if outcome.status == "ok":
         print(format_record(record))
@@ -152,10 +155,35 @@ def run(args) -> int:
     return code
 
 
+def _cause_already_recorded(args, outcome, plan, spec) -> bool:
+    """Under torchrun every failing rank writes the record; a rank that failed only because a peer
+    died ("connection closed") leaves the peer's record of the same run in place."""
+    from osdp_sim.records import load_record, record_name
+    from osdp_sim.runtime.launch import is_peer_error
+    if not is_peer_error((outcome.failure or {}).get("reason", "")):
+        return False
+    from pathlib import Path
+    path = Path(args.output) if args.output else Path(args.records_dir) / record_name(
+        {"plan": spec["plan"], "model": plan.model.to_dict(), "env": outcome.env,
+         "settings": _settings(args)})
+    try:
+        data = load_record(path).data
+    except UserError:
+        return False
+    from datetime import datetime, timedelta, timezone
+    started = datetime.now(timezone.utc) - timedelta(seconds=outcome.wall_s + 5)
+    # torchrun's run id repeats when a user reuses --rdzv-id: the record must also be this run's age
+    return data["run_id"] == outcome.run_id and datetime.fromisoformat(data["created"]) >= started
+
+
+def _settings(args) -> dict:
+    return {"warmup": args.warmup, "iters": args.iters, "seed": args.seed,
+            "timeout_s": args.timeout, "mem_cap_bytes": args.mem_cap}
+
+
 def _write_record(args, outcome, plan, hw_info, spec, predicted):
     from osdp_sim.records import build_record, save_record, save_record_as
-    settings = {"warmup": args.warmup, "iters": args.iters, "seed": args.seed,
-                "timeout_s": args.timeout, "mem_cap_bytes": args.mem_cap}
+    settings = _settings(args)
     record = build_record(status=outcome.status, run_id=outcome.run_id, plan=plan,
                           hardware_profile=hw_info, env=outcome.env, settings=settings,
                           rank_results=outcome.rank_results, predicted=predicted,

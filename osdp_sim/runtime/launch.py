@@ -52,6 +52,11 @@ class RunOutcome:
     wall_s: float = 0.0
 
 
+def is_peer_error(text: str) -> bool:
+    """The error a rank reports because another rank died (the other rank is the cause)."""
+    return bool(_PEER_ERROR.search(text or ""))
+
+
 def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
@@ -217,7 +222,7 @@ def _blame(failed, run_dir: Path, last_progress) -> tuple[str, dict]:
             return 0
         if not err:                  # killed by a signal or exited without a word
             return 1
-        return 3 if _PEER_ERROR.search(err) else 2
+        return 3 if is_peer_error(err) else 2
     r, rc, res = min(failed, key=rank_of_cause)
     if res and res.get("status") == "oom":
         return "oom", _failure(r, res.get("error") or "out of memory", rc, run_dir)
