@@ -39,8 +39,8 @@ def test_activation_bytes_of_a_gpt2_block():
     spec = load_model("gpt2-1.5b")
     block = spec.blocks[0]
     h, f, heads = 1600, 6400, 25
-    # attention: x, LN out, qkv (3h), SDPA out, contiguous copy = 7h (bf16) + LN stats 8 B + lse 4 B/head
-    attn = 7 * h * 2 + 8 + 4 * heads
+    # attention: x, LN out, qkv (3h), SDPA out = 6h (bf16) + LN stats 8 B + lse 4 B/head
+    attn = 6 * h * 2 + 8 + 4 * heads
     # MLP: x, LN out, fc out (4h), GELU out (4h) (bf16) + LN stats
     mlp = (2 * h + 2 * f) * 2 + 8
     assert block.groups[0].activations.bytes_per_token(2) == attn

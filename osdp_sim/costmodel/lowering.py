@@ -38,7 +38,9 @@ class CommUnit:
 
     @property
     def reshards_after_forward(self) -> bool:
-        return self.strategy == "zero3" and not self.is_root
+        # ddp units run on a replicate mesh (shard group of one) whose compute copy is freed after
+        # forward like ZeRO-3's (docs/runtime.md); FSDP2 never reshards the root after forward.
+        return self.strategy in ("zero3", "ddp") and not self.is_root
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,9 @@ def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: Hardwa
     cb, rb = compute_bytes(plan.precision), reduce_bytes(plan.precision)
     states = state_bytes(params, strategy, n, plan.optimizer)
     if strategy == "ddp":
-        ag_s = 0.0
+        # No communication: the "all-gather" over a shard group of one is a local copy (cast) of
+        # the fp32 parameters into the compute copy, on the all-gather stream.
+        ag_s = bandwidth_time_s(hw, params * (4 + cb), 1)
         reduce_s = collective_time_s(hw, "all_reduce", params * rb, d, _scope(d, hw))
         kind, rep_s = "all_reduce", 0.0
     else:

@@ -104,11 +104,13 @@ def _shard_group(group: nn.Module, choice: GroupChoice, meshes: Meshes,
                  mp: MixedPrecisionPolicy) -> None:
     if choice.is_split:
         linears = split_group(group, choice.slices)
-        # Sharded slice s of every Linear of the group is one ZeRO-3 unit: gathered when the first
-        # of them runs, freed after the last (FSDP2's grouped forward hooks).
-        for s in range(choice.sharded_slices):
-            fully_shard([lin.slices[s] for lin in linears], mesh=meshes.shard,
-                        reshard_after_forward=True, mp_policy=mp)
+        # Every sharded slice of every Linear is its own ZeRO-3 unit (OSDP splits operators): it is
+        # gathered just before it runs and freed after, so one slice (plus the prefetched next) is
+        # materialised at a time. Grouping slice s of all Linears into one unit instead would keep
+        # all j units gathered from the group's first Linear to its last.
+        for lin in linears:
+            for s in range(choice.sharded_slices):
+                fully_shard(lin.slices[s], mesh=meshes.shard, reshard_after_forward=True, mp_policy=mp)
     strategy = choice.replicated_strategy
     if strategy == "ddp":
         # With a shard group of one FSDP2 still computes from a separate unsharded copy (a local
