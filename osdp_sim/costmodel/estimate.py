@@ -50,7 +50,8 @@ class Estimate:
 
 
 def _time_breakdown(tasks: list[Task]) -> dict:
-    out = {"forward_s": 0.0, "backward_s": 0.0, "recompute_s": 0.0, "optimizer_s": 0.0}
+    out = {"forward_s": 0.0, "backward_s": 0.0, "recompute_s": 0.0, "optimizer_s": 0.0,
+           "copy_s": 0.0, "copy_exposed_s": 0.0}
     for kind in COLLECTIVE_KINDS:
         out[f"{kind}_s"] = 0.0
         out[f"{kind}_exposed_s"] = 0.0

@@ -70,7 +70,7 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
         deps = []
         if s.unit not in gathered:
             issue = [] if prev is None else [(prev, "start")]
-            ag = add(Task(f"AG {u.name}", "comm", u.all_gather_s, "all_gather", tuple(issue)))
+            ag = add(Task(f"AG {u.name}", "comm", u.all_gather_s, _gather_kind(u), tuple(issue)))
             mem(ag, "start", u.gathered_bytes, "gathered_params")
             gathered[s.unit] = ag
             deps.append((ag, "end"))
@@ -112,7 +112,7 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
             return None
         u = units[unit]
         issue = () if issue_after is None else ((issue_after, "start"),)
-        ag = add(Task(f"AG(bwd) {u.name}", "comm", u.all_gather_s, "all_gather", issue))
+        ag = add(Task(f"AG(bwd) {u.name}", "comm", u.all_gather_s, _gather_kind(u), issue))
         mem(ag, "start", u.gathered_bytes, "gathered_params")
         gathered[unit] = ag
         return ag
@@ -169,6 +169,11 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
         mem(op, "start", low.optimizer_temp_bytes, "temporaries")
         mem(op, "end", -low.optimizer_temp_bytes, "temporaries")
     return StepSchedule(tasks, events)
+
+
+def _gather_kind(u) -> str:
+    # A ddp unit's "gather" is a local copy on the all-gather stream, not communication.
+    return "copy" if u.strategy == "ddp" else "all_gather"
 
 
 def _reduce(add, mem, u, after: int, grads_resident: bool) -> None:

@@ -8,7 +8,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 KIND_COLOURS = {
     "fwd": "#4c72b0", "bwd": "#55a868", "recompute": "#8172b2", "optimizer": "#937860",
-    "all_gather": "#dd8452", "reduce_scatter": "#c44e52", "all_reduce": "#da8bc3",
+    "all_gather": "#dd8452", "reduce_scatter": "#c44e52", "all_reduce": "#da8bc3", "copy": "#8c8c8c",
 }
 STRATEGY_COLOURS = {"ddp": "#4c72b0", "zero2": "#55a868", "zero3": "#c44e52"}
 
