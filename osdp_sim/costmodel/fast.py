@@ -1,0 +1,474 @@
+"""The cost model of estimate() in an incremental form, for the exact plan search.
+
+Why it is exact. The step schedule (schedule.py) has a structure that a generic two-stream
+simulation does not need but a search can use:
+
+* Forward. The all-gather of step i+1 is issued when step i starts, and the communication
+  stream holds nothing else in forward, so both streams start step i together:
+  forward time = AG(root) + sum_i seg(f_i, AG_{i+1}), seg(c, a) = s*min(c, a) + max(c, a) - min(c, a)
+  (s = overlap slowdown), and every forward allocation happens at the start of a step.
+* Backward. Each compute task (a step's backward or a block's recompute) starts with some
+  gradient reductions still queued on the communication stream; what it appends (a prefetch
+  all-gather when it starts, its reduce-scatter when it ends, a checkpointed block's gathers) and
+  whether the next compute task waits for a gather are fixed by the plan's neighbouring choices.
+  `run_compute` simulates one compute task against that queue with simulate()'s rules and
+  returns its duration, the memory events inside it and the queue left for the next task.
+* Memory. Live bytes at any event = resident states + everything that later steps in forward
+  order keep (activations, kept gathered copies, checkpoint inputs) + the local terms of the
+  steps around the event. Processing the steps in backward order (head first), every event's
+  value is a constant of the steps processed so far plus the (Res + kept) bytes of the steps not
+  yet processed, the same for every event; so a partial plan is summarised by a few numbers.
+
+The search (osdp_sim/search/dp.py) processes plans group by group with `stage`, a pure function
+of (key, the group's steps) whose results are integers in fixed point (TIME_Q seconds,
+MEM_Q bytes), so sums do not depend on the order of addition. `fast_estimate` is the same
+computation on one plan; tests/test_costmodel_fast.py checks it against estimate() to 1e-9.
+
+Scope: reduce_every_microbatch=True plans (the search space); anything else raises ValueError.
+"""
+
+from dataclasses import dataclass
+
+from osdp_sim.costmodel.lowering import _lower_group, _root_fwd_s, make_unit
+from osdp_sim.costmodel.rates import bandwidth_time_s
+from osdp_sim.costmodel.states import compute_bytes
+from osdp_sim.hardware.profile import HardwareProfile
+from osdp_sim.model.spec import ModelSpec, OpGroup
+from osdp_sim.plan.plan import GroupChoice, Plan
+
+TIME_Q = 2.0 ** -50            # seconds per fixed-point time unit
+MEM_Q = 2.0 ** -10             # bytes per fixed-point memory unit
+NEG = -(2 ** 62)               # "no event" in fixed point
+OPT_KERNELS_PER_UNIT = 12      # lowering.lower: bandwidth_time_s(..., 12 * len(units))
+OPT_BYTES_PER_PARAM = {"adamw": 2 * (4 + 4 + 8), "sgd": 2 * (4 + 4 + 4)}
+
+
+def qt(x: float) -> int:
+    return int(round(x / TIME_Q))
+
+
+def qm(x: float) -> int:
+    return NEG if x == float("-inf") else int(round(x / MEM_Q))
+
+
+# ---------------------------------------------------------------------------------------------
+# Costs of one step, read from the lead's lowering functions.
+
+@dataclass(frozen=True)
+class StepCost:
+    """One step of the lowered schedule with what its unit adds (each non-root unit has exactly
+    one step; the root has two, embed and head)."""
+
+    f: float                      # forward work
+    b: float                      # backward work
+    agf: float | None             # own all-gather before its forward (None: already gathered)
+    gath: float                   # gathered copy, bytes (allocated when that all-gather starts)
+    z3: bool                      # copy freed after forward, gathered again for backward
+    agb: float                    # backward all-gather work (z3 units)
+    act: float                    # activations kept for backward
+    ft: float                     # forward transient (logits)
+    ag: float                     # gradient of activations, transient in backward
+    bt: float                     # backward transient (gradient of logits)
+    ug: float                     # unsharded gradient allocated when its backward starts
+    free_gath: bool               # its backward end frees the gathered copy
+    rs: tuple | None              # queue items appended when its backward ends (RS, replica AR)
+    res: float                    # resident bytes of its unit (params + optimizer [+ grads])
+    pm: float                     # its unit's local fp32 parameter bytes (optimizer temporary)
+    opt: float                    # its unit's share of the optimizer step time
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything of a plan except the per-group choices and checkpoint flags."""
+
+    devices: int
+    micro_batch: int
+    grad_accum: int
+    shard_group: int
+    precision: str
+    optimizer: str
+    root: str                     # root strategy
+
+    def plan(self, spec: ModelSpec, choices: dict, checkpoint: tuple) -> Plan:
+        return Plan(model=spec.config, devices=self.devices, micro_batch=self.micro_batch,
+                    choices=choices, checkpoint=checkpoint, grad_accum=self.grad_accum,
+                    precision=self.precision, optimizer=self.optimizer,
+                    shard_group=self.shard_group)
+
+
+def config_of(plan: Plan) -> Config:
+    return Config(plan.devices, plan.micro_batch, plan.grad_accum, plan.shard_size, plan.precision,
+                  plan.optimizer, plan.choices["root"].strategy)
+
+
+def _rs_items(u, grads_resident: bool) -> tuple:
+    h = 0.0 if grads_resident else u.states.grads
+    items = [(u.reduce_s, u.reduce_buffer_bytes, u.reduce_buffer_bytes + u.unsharded_grad_bytes, h)]
+    if u.replica_all_reduce_s > 0:
+        items.append((u.replica_all_reduce_s, 0.0, 0.0, 0.0))
+    return tuple(items)
+
+
+def _unit_numbers(u, hw: HardwareProfile, cfg: Config) -> tuple[float, float, float]:
+    res = u.states.params + u.states.optimizer + (u.states.grads if cfg.grad_accum > 1 else 0.0)
+    opt = bandwidth_time_s(hw, u.states.params / 4.0 * OPT_BYTES_PER_PARAM[cfg.optimizer],
+                           OPT_KERNELS_PER_UNIT)
+    return res, u.states.params, opt
+
+
+def group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: HardwareProfile,
+                cfg: Config) -> tuple[StepCost, ...]:
+    """The steps of one group under one choice, in forward order."""
+    plan = cfg.plan(spec, {g.plan_key: choice}, ())
+    tokens = cfg.micro_batch * spec.seq_len
+    cb = compute_bytes(cfg.precision)
+    act = g.activations.bytes_per_token(cb) * tokens
+    act_grad = 2.0 * tokens * spec.config.hidden * cb
+    units: list = []
+    steps = _lower_group(g, -1, hw, plan, units, tokens, act, act_grad,
+                         hw.compute.backward_forward_ratio)
+    out = []
+    for s in steps:
+        u = units[s.unit]
+        res, pm, opt = _unit_numbers(u, hw, cfg)
+        z3 = u.reshards_after_forward
+        out.append(StepCost(
+            f=s.fwd_s, b=s.bwd_s, agf=u.all_gather_s, gath=u.gathered_bytes, z3=z3,
+            agb=u.all_gather_s, act=s.act_bytes, ft=s.fwd_temp_bytes, ag=s.act_grad_bytes,
+            bt=s.bwd_temp_bytes, ug=u.unsharded_grad_bytes, free_gath=True,
+            rs=_rs_items(u, cfg.grad_accum > 1), res=res, pm=pm, opt=opt))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class RootCost:
+    embed: StepCost
+    head: StepCost
+
+
+def root_steps(spec: ModelSpec, hw: HardwareProfile, cfg: Config) -> RootCost:
+    """Mirrors the root part of lowering.lower (unit 0 and the embed and head steps)."""
+    plan = cfg.plan(spec, {"root": GroupChoice(cfg.root)}, ())
+    conf = spec.config
+    tokens = cfg.micro_batch * conf.seq_len
+    cb = compute_bytes(cfg.precision)
+    ratio = hw.compute.backward_forward_ratio
+    act_grad = 2.0 * tokens * conf.hidden * cb
+    u = make_unit("root", "root", cfg.root, spec.params_of("root"), hw, plan, True)
+    res, pm, opt = _unit_numbers(u, hw, cfg)
+    made = {}
+    for g in spec.groups:
+        if g.plan_key != "root":
+            continue
+        act = g.activations.bytes_per_token(cb) * tokens
+        fwd = _root_fwd_s(g, hw, cfg.precision, tokens, act)
+        logits = tokens * conf.vocab_size
+        head = g.kind == "head"
+        made[g.kind] = StepCost(
+            f=fwd, b=ratio * fwd, agf=None if head else u.all_gather_s, gath=u.gathered_bytes,
+            z3=False, agb=0.0, act=act, ft=logits * (cb + 4) if head else 0.0, ag=act_grad,
+            bt=logits * (4 + 4) if head else 0.0, ug=u.unsharded_grad_bytes if head else 0.0,
+            free_gath=not head, rs=None if head else _rs_items(u, cfg.grad_accum > 1),
+            res=res if head else 0.0, pm=pm if head else 0.0, opt=opt if head else 0.0)
+    return RootCost(made["embed"], made["head"])
+
+
+# ---------------------------------------------------------------------------------------------
+# One compute task against the communication queue.
+
+def seg(c: float, a: float, s: float) -> float:
+    """Two tasks started together on the two streams: both slow by s while overlapped."""
+    lo, hi = (c, a) if c <= a else (a, c)
+    if lo <= 0:
+        return hi
+    return lo * s + (hi - lo)
+
+
+def _q(x: float) -> float:
+    return round(x / TIME_Q) * TIME_Q
+
+
+def _done(rem: float, work: float) -> bool:
+    return rem <= 1e-15 * max(1.0, work)       # simulate()'s completion test
+
+
+def run_compute(c: float, start_deltas: tuple, end_delta: float, queue: tuple, new_items: tuple,
+                barrier: int | None, s: float):
+    """Run one compute task of work c (> 0) from time 0.
+
+    queue: items already queued and ready, (remaining, alloc_at_start, free_at_end, alloc_at_end,
+    work, started). new_items: (work, alloc_at_start, free_at_end, alloc_at_end, ready_at_end),
+    appended in FIFO order (ready_at_end: becomes ready when the compute task ends).
+    barrier: index into new_items of the item the next compute task waits for, or None.
+    Returns (time until the next compute task starts, max live-byte offset, net offset, queue left).
+    Events at equal times: frees before allocations; a zero-duration item's end after both
+    (memory.peak_memory's ordering). Items that would start exactly when the next compute task
+    starts are left for the next call (same instant, allocation order irrelevant).
+    """
+    it = [[q[0], q[1], q[2], q[3], q[4], q[5], False, False] for q in queue]
+    for w, a0, fe, ae, rae in new_items:
+        it.append([w, a0, fe, ae, w, False, rae, False])    # rem, a0, fe, ae, work, started, rae, done
+    bar = None if barrier is None else len(queue) + barrier
+    ev = []
+    for d in start_deltas:
+        if d:
+            ev.append((0.0, 0, 1 if d > 0 else 0, d))
+    now, crem, cdone = 0.0, c, False
+    k, cur = 0, None
+    while True:
+        if cdone and (bar is None or it[bar][7] or (cur is None and all(
+                it[j][4] <= 0 and not it[j][5] for j in range(k, bar + 1)))):
+            break       # zero-work items due now start with the next compute task
+        while cur is None and k < len(it):
+            x = it[k]
+            if x[6] and not cdone:
+                break
+            if not x[5]:
+                x[5] = True
+                if x[1]:
+                    ev.append((now, 0, 1, x[1]))
+                if x[4] <= 0:
+                    if x[2]:
+                        ev.append((now, 1, 0, -x[2]))
+                    if x[3]:
+                        ev.append((now, 1, 1, x[3]))
+                    x[7] = True
+                    k += 1
+                    continue
+            cur = k
+        if cdone and cur is None:
+            if bar is None or it[bar][7]:
+                break
+            raise RuntimeError("barrier can never complete")
+        both = (not cdone) and cur is not None
+        rate = 1.0 / s if both else 1.0
+        rems = ([] if cdone else [crem]) + ([] if cur is None else [it[cur][0]])
+        step = min(rems) / rate
+        now += step
+        if not cdone:
+            crem -= step * rate
+            if _done(crem, c):
+                cdone = True
+                if end_delta:
+                    ev.append((now, 0, 0, end_delta))
+        if cur is not None:
+            x = it[cur]
+            x[0] -= step * rate
+            if _done(x[0], x[4]):
+                x[7] = True
+                if x[2]:
+                    ev.append((now, 0, 0, -x[2]))
+                if x[3]:
+                    ev.append((now, 0, 1, x[3]))
+                cur = None
+                k += 1
+    ev.sort(key=lambda e: (e[0], e[1], e[2]))
+    live, top = 0.0, float("-inf")
+    for e in ev:
+        live += e[3]
+        if live > top:
+            top = live
+    left = []
+    for x in it[k:]:
+        if x[7]:
+            continue
+        if x[5]:
+            left.append((_q(x[0]), 0.0, x[2], x[3], x[4], True))
+        else:
+            left.append((x[4], x[1], x[2], x[3], x[4], False))
+    return now, top, live, tuple(left)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stages: processing steps in backward order.
+
+@dataclass(frozen=True)
+class Pending:
+    """The step whose backward waits for its predecessor to be known."""
+
+    b: float
+    start: tuple                  # deltas when its backward starts
+    end: float                    # delta when its backward ends
+    items: tuple                  # new queue items appended when it ends (ready at end)
+    agf: float | None             # its own forward all-gather (for the predecessor's segment)
+    gath: float
+
+
+def pending_of(st: StepCost) -> Pending:
+    start = tuple(d for d in (st.ug, st.ag + st.bt) if d)
+    end = -(st.ag + st.bt + st.act + (st.gath if st.free_gath else 0.0))
+    items = tuple((w, a0, fe, ae, True) for (w, a0, fe, ae) in (st.rs or ()))
+    return Pending(st.b, start, end, items, st.agf, st.gath)
+
+
+@dataclass(frozen=True)
+class StageOut:
+    key: tuple                    # (Pending | None, queue)
+    dt: int                       # schedule time of the newly finished segments (TIME_Q)
+    opt: int                      # optimizer time of the new units (TIME_Q)
+    s_n: int                      # Res + kept of the new steps (MEM_Q): shifts every past event
+    o_v: int                      # new forward events, relative to V before the stage
+    o_y: int                      # new backward events, relative to Y before the stage
+    d_y: int
+    d_v: int                      # Res of the new steps
+    pm: int                       # largest local parameter bytes among new units
+
+
+def _kept(st: StepCost, ckpt: bool, first: bool, ck: float) -> float:
+    k = 0.0 if ckpt else st.act
+    if ckpt and first:
+        k += ck
+    if st.agf is not None and not st.z3:
+        k += st.gath
+    return k
+
+
+def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0) -> StageOut:
+    """Process `steps` (forward order) given the key left by the later steps.
+
+    kind: "group" (one group of an unchecked block), "ckpt" (a whole checkpointed block; ck is
+    its checkpoint bytes), "embed" (the embedding step, then the reduction tail).
+    """
+    pend, queue = key
+    ckpt = kind == "ckpt"
+    n = len(steps)
+    kept = [_kept(st, ckpt, i == 0, ck) for i, st in enumerate(steps)]
+    res_n = sum(st.res for st in steps)
+    s_n = res_n + sum(kept)
+    # forward segments and forward events
+    dt = 0.0
+    o_v = float("-inf")
+    prefix = 0.0
+    for i, st in enumerate(steps):
+        if i + 1 < n:
+            nxt_agf, nxt_gath = steps[i + 1].agf, steps[i + 1].gath
+        else:
+            nxt_agf, nxt_gath = pend.agf, pend.gath
+        dt += seg(st.f, nxt_agf or 0.0, s)
+        if ckpt:
+            local = (ck + max(0.0, st.act - ck)) if i == 0 else st.act
+        else:
+            local = st.act
+        local += st.ft + (st.gath if st.agf is not None else 0.0)
+        local += nxt_gath if nxt_agf is not None else 0.0
+        o_v = max(o_v, res_n + prefix + local)
+        prefix += kept[i]
+    if kind == "embed":
+        dt += steps[0].agf or 0.0                       # the root all-gather starts the step
+        o_v = max(o_v, res_n + steps[0].gath)           # and allocates the root's copy at t=0
+    # backward compute tasks, in backward order
+    y = s_n
+    o_y = float("-inf")
+
+    def run(c, start, end, items, barrier):
+        nonlocal y, o_y, dt, queue
+        dur, top, net, queue = run_compute(c, start, end, queue, items, barrier, s)
+        o_y = max(o_y, y + top)
+        y += net
+        dt += dur
+
+    if kind == "ckpt":
+        ags = tuple((st.agb, st.gath, 0.0, 0.0, False) for st in steps if st.z3)
+        run(pend.b, pend.start, pend.end, pend.items + ags, len(pend.items) + len(ags) - 1 if ags else None)
+        run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps)), 0.0, (), None)
+        for st in steps[:0:-1]:
+            p = pending_of(st)
+            run(p.b, p.start, p.end, p.items, None)
+    elif kind == "group":
+        order = [pend] + [pending_of(st) for st in steps[:0:-1]]
+        for j, p in enumerate(order):
+            nxt = steps[n - 1 - j]
+            if nxt.z3:
+                run(p.b, p.start, p.end, ((nxt.agb, nxt.gath, 0.0, 0.0, False),) + p.items, 0)
+            else:
+                run(p.b, p.start, p.end, p.items, None)
+    else:  # embed: the pending step, then the embedding's backward and the reduction tail
+        run(pend.b, pend.start, pend.end, pend.items, None)
+        p = pending_of(steps[0])
+        run(p.b, p.start, p.end, p.items, len(p.items) - 1)
+    new_pend = None if kind == "embed" else pending_of(steps[0])
+    return StageOut(key=(new_pend, queue), dt=qt(dt), opt=qt(sum(st.opt for st in steps)),
+                    s_n=qm(s_n), o_v=qm(o_v), o_y=qm(o_y), d_y=qm(y), d_v=qm(res_n),
+                    pm=qm(max((st.pm for st in steps), default=0.0)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels: the numbers that summarise a partial plan.
+
+@dataclass(frozen=True)
+class Label:
+    t: int                        # grad_accum * schedule time + optimizer time so far
+    u: int                        # max over events so far, relative to the unprocessed Res + kept
+    v: int                        # Res of processed steps (base of forward events)
+    y: int                        # live bytes at the current backward point, same reference
+    pm: int                       # largest local parameter bytes so far
+
+
+def start_label(head: StepCost, m: int, s: float) -> tuple[tuple, Label]:
+    """The head is processed first: its forward segment, event and resident root states."""
+    res = head.res
+    t = m * qt(seg(head.f, 0.0, s)) + qt(head.opt)
+    y = qm(res + head.act)
+    u = qm(res + head.act + head.ft)
+    return (pending_of(head), ()), Label(t, u, qm(res), y, qm(head.pm))
+
+
+def apply(lab: Label, out: StageOut, m: int) -> Label:
+    return Label(t=lab.t + m * out.dt + out.opt,
+                 u=max(lab.u + out.s_n, lab.v + out.o_v, lab.y + out.o_y),
+                 v=lab.v + out.d_v, y=lab.y + out.d_y, pm=max(lab.pm, out.pm))
+
+
+def finish(lab: Label) -> tuple[int, int]:
+    """(iteration time, live-byte peak) in fixed point; the optimizer's temporary comes last."""
+    return lab.t, max(lab.u, lab.y + lab.pm)
+
+
+def total_peak_bytes(peak_q: int, hw: HardwareProfile) -> float:
+    p = peak_q * MEM_Q
+    return p + p * hw.memory.fragmentation + hw.memory.context_bytes
+
+
+# ---------------------------------------------------------------------------------------------
+# One plan.
+
+@dataclass(frozen=True)
+class FastEstimate:
+    iteration_time_s: float
+    peak_memory_bytes: float
+    samples_per_s: float
+
+
+def block_stages(spec: ModelSpec, plan: Plan, hw: HardwareProfile, cfg: Config):
+    """(kind, steps, ck) per stage in processing order (last block first)."""
+    cb = compute_bytes(cfg.precision)
+    tokens = cfg.micro_batch * spec.seq_len
+    out = []
+    for unit in reversed(spec.blocks):
+        groups = [g for g in unit.groups]
+        per = [group_steps(g, plan.choices[g.plan_key], spec, hw, cfg) for g in groups]
+        if plan.checkpoint[unit.index]:
+            ck = unit.ckpt_activations.bytes_per_token(cb) * tokens
+            out.append(("ckpt", tuple(st for p in per for st in p), ck))
+        else:
+            for p in reversed(per):
+                out.append(("group", p, 0.0))
+    return out
+
+
+def fast_estimate(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> FastEstimate:
+    if plan.grad_accum > 1 and not plan.reduce_every_microbatch:
+        raise ValueError("fast_estimate covers reduce_every_microbatch=True only")
+    cfg = config_of(plan)
+    s = hw.overlap_slowdown
+    m = plan.grad_accum
+    root = root_steps(spec, hw, cfg)
+    key, lab = start_label(root.head, m, s)
+    for kind, steps, ck in block_stages(spec, plan, hw, cfg):
+        out = stage(key, steps, kind, s, ck)
+        lab, key = apply(lab, out, m), out.key
+    out = stage(key, (root.embed,), "embed", s)
+    lab = apply(lab, out, m)
+    t_q, peak_q = finish(lab)
+    it_s = t_q * TIME_Q
+    return FastEstimate(it_s, total_peak_bytes(peak_q, hw), plan.micro_batch * m * plan.devices / it_s)
