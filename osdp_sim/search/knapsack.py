@@ -271,3 +271,44 @@ def knapsack_search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float
     return KnapsackResult("solved" if best else "infeasible", best.plan if best else None,
                           best.estimate if best else None, tuple(cands), time.perf_counter() - t0,
                           dp_s, calls, choice_set, len(block_choices))
+
+
+# ---------------------------------------------------------------- from a search space
+
+def space_settings(space) -> list[Setting]:
+    """Every batch setting of the space: micro-batch (with the accumulation that reaches the
+    global batch, when one is fixed) x shard group."""
+    out = []
+    per_device = space.global_batch // space.devices if space.global_batch else None
+    for mb in space.micro_batches:
+        if per_device is not None and (per_device % mb or mb > per_device):
+            continue
+        accum = per_device // mb if per_device is not None else 1
+        for shard in (space.shard_groups or (space.devices,)):
+            out.append(Setting(space.devices, mb, accum, shard or space.devices, space.precision,
+                               space.optimizer))
+    return out
+
+
+def checkpoint_options(space) -> tuple[bool, ...]:
+    return tuple(bool(c) for c in space.checkpoint)
+
+
+def osdp_knapsack(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, *,
+                  choices: str = "paper") -> KnapsackResult:
+    """The OSDP DP over a search space's batch settings. choices="paper": the paper's four
+    {attention, MLP} x {zero2, zero3} block strategies, each with checkpointing on or off as the
+    space allows (the prototype had no checkpointing; Galvatron adds it per layer, and without it
+    the DP would lose to uniform ZeRO-3 with checkpointing at any larger batch); "full": every
+    (attention, MLP, checkpoint) combination of the space's group choices (the benchmark against
+    the exact search)."""
+    from osdp_sim.search.space import group_choices
+    ck = checkpoint_options(space)
+    if choices == "paper":
+        blocks = tuple(b for k in ck for b in paper_block_choices(checkpoint=k))
+    elif choices == "full":
+        blocks = full_block_choices(tuple(group_choices(space)), ck)
+    else:
+        raise ValueError(f"choices must be 'paper' or 'full', not {choices!r}")
+    return knapsack_search(spec, hw, mem_limit_bytes, space_settings(space), blocks,
+                           tuple(space.root_strategies), choice_set=choices)

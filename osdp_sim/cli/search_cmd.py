@@ -1,0 +1,192 @@
+"""osdp-sim search: the plan of highest throughput within a memory limit, exactly, with the
+uniform baselines, the OSDP knapsack DP for comparison, a certificate and an explanation."""
+
+import json
+import sys
+
+from osdp_sim.cli.common import add_hw_args, add_model_args, load_hw, load_spec, positive_int
+from osdp_sim.errors import UserError
+from osdp_sim.units import format_bytes, parse_bytes
+
+HELP = "find the plan of highest throughput within a memory limit (exact branch-and-bound)"
+
+
+def add_space_arguments(p) -> None:
+    """Options that shape the search space (shared with osdp-sim pareto)."""
+    add_hw_args(p)
+    add_model_args(p)
+    p.add_argument("--micro-batch", type=positive_int, help="fix the micro-batch size per device "
+                   "(default: search over micro-batch sizes)")
+    p.add_argument("--global-batch", type=positive_int, help="fix the global batch; micro-batches that "
+                   "divide it are searched, with gradient accumulation making up the rest")
+    p.add_argument("--strategies", default="ddp,zero2,zero3", metavar="LIST",
+                   help="strategies per operator group, comma-separated (default: ddp,zero2,zero3)")
+    p.add_argument("--splits", default="1,2,4", metavar="LIST",
+                   help="operator-splitting granularities k to try (default: 1,2,4)")
+    p.add_argument("--no-split", action="store_true", help="no operator splitting (same as --splits 1)")
+    p.add_argument("--no-checkpoint", action="store_true", help="never use activation checkpointing")
+    p.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
+    p.add_argument("--shard-group", type=positive_int, metavar="S",
+                   help="hybrid sharding: shard within groups of S devices, replicate across groups")
+
+
+def add_arguments(p) -> None:
+    add_space_arguments(p)
+    p.add_argument("--mem-limit", required=True, metavar="SIZE",
+                   help="peak memory limit per device, e.g. 8GiB, 16GB, 12000MiB")
+    p.add_argument("--time-limit", type=float, metavar="S",
+                   help="stop the search after S seconds and report the best plan so far with its gap")
+    p.add_argument("--top-k", type=positive_int, default=1, metavar="K", help="also list the K best plans")
+    p.add_argument("-o", "--output", metavar="PLAN.json",
+                   help="write the plan file (read by osdp-sim estimate --plan and osdp-sim validate)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+
+
+def _list_arg(text: str, flag: str, allowed=None, cast=str) -> tuple:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise UserError(f"expected a comma-separated list, got {text!r}", field=flag)
+    out = []
+    for t in items:
+        try:
+            v = cast(t)
+        except ValueError:
+            raise UserError(f"{t!r} is not a whole number", field=flag) from None
+        if allowed is not None and v not in allowed:
+            raise UserError(f"unknown value {t!r}; expected some of {', '.join(map(str, allowed))}",
+                            field=flag)
+        out.append(v)
+    return tuple(dict.fromkeys(out))
+
+
+def build_space(args, spec, hw):
+    """A SearchSpace from the command line."""
+    from osdp_sim.plan import SPLITS, STRATEGIES
+    from osdp_sim.search.space import SearchSpace
+    strategies = _list_arg(args.strategies, "--strategies", STRATEGIES)
+    splits = (1,) if args.no_split else _list_arg(args.splits, "--splits", SPLITS, int)
+    if 1 not in splits:
+        splits = (1,) + splits
+    devices = hw.device.count
+    shard = args.shard_group or devices
+    if shard > devices or devices % shard:
+        raise UserError(f"{shard} must divide the device count {devices}", field="--shard-group")
+    if args.global_batch and args.global_batch % devices:
+        raise UserError(f"{args.global_batch} is not a multiple of the {devices} devices", field="--global-batch")
+    if args.global_batch and args.micro_batch and (args.global_batch // devices) % args.micro_batch:
+        raise UserError(f"micro-batch {args.micro_batch} x {devices} devices does not divide "
+                        f"--global-batch {args.global_batch}", field="--micro-batch")
+    kw = dict(strategies=strategies, splits=splits,
+              checkpoint=(False,) if args.no_checkpoint else (False, True),
+              global_batch=args.global_batch, shard_groups=(shard,), precision=args.precision,
+              optimizer=args.optimizer, devices=devices, root_strategies=strategies)
+    if args.micro_batch:
+        kw["micro_batches"] = (args.micro_batch,)
+    return SearchSpace(**kw)
+
+
+def progress(msg: str) -> None:
+    print(f"osdp-sim: {msg}", file=sys.stderr, flush=True)
+
+
+def run(args) -> int:
+    from osdp_sim.search.baselines import knapsack_baseline, uniform_baselines
+    from osdp_sim.search.bnb import search
+    from osdp_sim.search.knapsack import osdp_knapsack
+    from osdp_sim.search.report import explain, format_report, result_to_json
+
+    limit = parse_bytes(args.mem_limit, field="--mem-limit")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise UserError(f"expected a positive number of seconds, got {args.time_limit}", field="--time-limit")
+    hw = load_hw(args)
+    spec = load_spec(args)
+    space = build_space(args, spec, hw)
+
+    progress(f"searching {spec.name} on {space.devices} x {hw.device.name} within {format_bytes(limit)} ...")
+    result = search(spec, hw, limit, space, time_limit_s=args.time_limit, top_k=args.top_k)
+    if result.status == "infeasible" or result.plan is None:
+        msg = infeasible_message(spec, hw, limit, space, result, args)
+        if args.json:
+            print(json.dumps({"status": "infeasible", "model": spec.name, "hardware": hw.name,
+                              "devices": space.devices, "mem_limit_bytes": limit,
+                              "min_peak_memory_bytes": result.min_peak_memory_bytes, "message": msg}, indent=1))
+        print(f"osdp-sim search: {msg}", file=sys.stderr)
+        return 2
+    progress(f"search {result.status} in {result.seconds:.2f} s; evaluating baselines ...")
+    baselines = uniform_baselines(spec, hw, limit, space)
+    baselines["osdp_knapsack"] = knapsack_baseline(osdp_knapsack(spec, hw, limit, space))
+    why = explain(spec, hw, result.plan, result.estimate, baselines)
+
+    if args.output:
+        from osdp_sim.plan import save_plan
+        save_plan(_with_notes(result, spec, hw, limit), args.output)
+        progress(f"plan written to {args.output}")
+    if args.json:
+        print(json.dumps(result_to_json(spec, hw, limit, result, baselines, explanation=why), indent=1))
+    else:
+        print(format_report(spec, hw, limit, result, baselines, explanation=why, top_k=args.top_k))
+    return 0
+
+
+def _with_notes(result, spec, hw, limit):
+    from dataclasses import replace
+    e = result.estimate
+    notes = {"made_by": "osdp-sim search", "hardware": hw.name, "mem_limit_bytes": limit,
+             "status": result.status, "predicted": {"peak_memory_bytes": e.peak_memory_bytes,
+                                                    "iteration_time_s": e.iteration_time_s,
+                                                    "samples_per_s": e.samples_per_s}}
+    return replace(result.plan, notes=notes)
+
+
+def infeasible_message(spec, hw, limit, space, result, args) -> str:
+    """Nothing fits: the least peak memory any plan in the space reaches, and what would fit."""
+    least = result.min_peak_memory_bytes
+    msg = (f"no plan of {spec.name} fits {format_bytes(limit)} per device on {space.devices} devices: "
+           f"the least peak memory any plan in the space reaches is {format_bytes(least)}. To fit, try "
+           f"--mem-limit {_round_up_mib(least)}MiB or more")
+    from osdp_sim.hardware.load import load_profile
+    for label, peak in _relaxations(spec, hw, space, load_profile(args.hw).device.count):
+        if peak < least:
+            msg += f"; or {label} (leanest plan about {format_bytes(peak)}{', fits' if peak <= limit else ''})"
+    return msg
+
+
+def _round_up_mib(n_bytes: float) -> int:
+    return int(-(-n_bytes // 2**20))
+
+
+def _relaxations(spec, hw, space, profile_devices: int):
+    """The leanest plan (ZeRO-3 everywhere in the finest split) with one restriction of the space
+    lifted at a time: checkpointing, a smaller micro-batch, more devices, sharding over all."""
+    from osdp_sim.costmodel import estimate
+    from osdp_sim.plan import SPLITS, GroupChoice, Plan
+
+    def leanest(devices: int, micro_batch: int, checkpoint: bool, shard: int, h=None) -> float:
+        k = max(SPLITS)
+        choices = {key: GroupChoice("zero3", 1 if key == "root" else k, 1 if key == "root" else k)
+                   for key in spec.plan_keys}
+        accum = max(1, space.global_batch // (devices * micro_batch)) if space.global_batch else 1
+        plan = Plan(model=spec.config, devices=devices, micro_batch=micro_batch, choices=choices,
+                    checkpoint=(checkpoint,) * spec.config.n_layers, grad_accum=accum,
+                    precision=space.precision, optimizer=space.optimizer, shard_group=min(shard, devices))
+        h = h or (hw if devices == hw.device.count else hw.with_devices(devices))
+        return estimate(spec, h, plan).peak_memory_bytes
+
+    n, mb = space.devices, min(space.micro_batches)
+    ck = True in tuple(space.checkpoint)
+    shard = min(space.shard_groups) if space.shard_groups else n
+    out = []
+    if not ck:
+        out.append(("allowing checkpointing (drop --no-checkpoint)", leanest(n, mb, True, shard)))
+    if mb > 1:
+        out.append(("micro-batch 1", leanest(n, 1, ck, shard)))
+    if n < profile_devices:
+        full = hw.with_devices(profile_devices)
+        out.append((f"all {profile_devices} devices of the profile (--gpus {profile_devices})",
+                     leanest(profile_devices, mb, ck, shard, full)))
+    else:
+        out.append((f"{2 * n} devices (a larger hardware profile)", leanest(2 * n, mb, ck, 2 * shard)))
+    if shard < n:
+        out.append(("sharding over all devices (drop --shard-group)", leanest(n, mb, ck, n)))
+    return out

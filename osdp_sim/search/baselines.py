@@ -1,0 +1,80 @@
+"""The uniform baselines a searched plan must beat: DDP, ZeRO-2 and ZeRO-3 (FSDP) on every group
+and the root, each at its own best batch setting (highest samples/s that fits) and with
+checkpointing on or off for all blocks, as the search space allows."""
+
+from dataclasses import dataclass, field
+
+from osdp_sim.costmodel import Estimate, estimate
+from osdp_sim.hardware.profile import HardwareProfile
+from osdp_sim.model.spec import ModelSpec
+from osdp_sim.plan import GroupChoice, Plan
+from osdp_sim.search.knapsack import (BlockChoice, KnapsackResult, checkpoint_options, make_plan,
+                                      space_settings)
+
+UNIFORM = ("ddp", "zero2", "zero3")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str
+    feasible: bool
+    samples_per_s: float | None              # None when nothing fits
+    peak_memory_bytes: float | None          # the plan's; when infeasible, the least any of its plans needs
+    iteration_time_s: float | None
+    micro_batch: int | None
+    grad_accum: int | None
+    checkpoint: bool | None                  # every block checkpointed (uniform plans)
+    plan: Plan | None                        # when infeasible: its plan of least peak memory
+    estimate: Estimate | None = field(default=None, repr=False)
+
+    @property
+    def checkpoint_label(self) -> str:
+        if self.plan is None:
+            return "-"
+        n = sum(self.plan.checkpoint)
+        return "all" if n == len(self.plan.checkpoint) else ("off" if n == 0 else f"{n} blocks")
+
+    def to_dict(self) -> dict:
+        return {"feasible": self.feasible, "samples_per_s": self.samples_per_s,
+                "peak_memory_bytes": self.peak_memory_bytes, "iteration_time_s": self.iteration_time_s,
+                "micro_batch": self.micro_batch, "grad_accum": self.grad_accum,
+                "checkpoint": self.checkpoint_label if self.feasible else None}
+
+
+def uniform_candidates(spec: ModelSpec, hw: HardwareProfile, space, strategy: str) -> list[tuple[Plan, Estimate]]:
+    """The uniform `strategy` plan at every batch setting and checkpoint option of the space."""
+    out = []
+    for s in space_settings(space):
+        if strategy == "ddp" and s.shard_group != s.devices:
+            continue               # a shard group changes nothing for ddp
+        for ck in checkpoint_options(space):
+            plan = make_plan(spec, s, strategy, BlockChoice(GroupChoice(strategy), GroupChoice(strategy), ck))
+            out.append((plan, estimate(spec, hw, plan)))
+    return out
+
+
+def best_fitting(name: str, candidates: list[tuple[Plan, Estimate]], mem_limit_bytes: float) -> Baseline:
+    fitting = [(p, e) for p, e in candidates if e.peak_memory_bytes <= mem_limit_bytes]
+    if fitting:
+        p, e = max(fitting, key=lambda pe: pe[1].samples_per_s)
+        return Baseline(name, True, e.samples_per_s, e.peak_memory_bytes, e.iteration_time_s,
+                        p.micro_batch, p.grad_accum, all(p.checkpoint), p, e)
+    if not candidates:
+        return Baseline(name, False, None, None, None, None, None, None, None)
+    p, e = min(candidates, key=lambda pe: pe[1].peak_memory_bytes)
+    return Baseline(name, False, None, e.peak_memory_bytes, None, None, None, None, p, e)
+
+
+def uniform_baselines(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space,
+                      strategies=UNIFORM) -> dict[str, Baseline]:
+    """ddp, zero2, zero3 -> Baseline: each at its own best batch setting within the limit."""
+    return {s: best_fitting(s, uniform_candidates(spec, hw, space, s), mem_limit_bytes) for s in strategies}
+
+
+def knapsack_baseline(res: KnapsackResult) -> Baseline:
+    """The OSDP knapsack DP's plan in the same shape as the uniform baselines."""
+    if not res.feasible:
+        return Baseline("osdp_knapsack", False, None, None, None, None, None, None, None)
+    p, e = res.plan, res.estimate
+    return Baseline("osdp_knapsack", True, e.samples_per_s, e.peak_memory_bytes, e.iteration_time_s,
+                    p.micro_batch, p.grad_accum, all(p.checkpoint), p, e)

@@ -1,0 +1,240 @@
+"""What a search found, for people (format_report) and for programs (result_to_json): the plan
+compressed into runs of identical blocks, its prediction, the baselines, the certificate, and why
+it beats uniform ZeRO-3."""
+
+from dataclasses import replace
+
+from osdp_sim.costmodel import Estimate, estimate
+from osdp_sim.hardware.profile import HardwareProfile
+from osdp_sim.model.spec import ModelSpec
+from osdp_sim.plan import GroupChoice, Plan, plan_to_dict
+from osdp_sim.units import GiB, format_bytes, format_seconds
+
+BASELINE_ORDER = ("ddp", "zero2", "zero3", "osdp_knapsack")
+BASELINE_TITLES = {"ddp": "uniform DDP", "zero2": "uniform ZeRO-2", "zero3": "uniform ZeRO-3 (FSDP)",
+                   "osdp_knapsack": "OSDP knapsack DP"}
+
+
+# ---------------------------------------------------------------- the plan in words
+
+def describe_choice(c: GroupChoice) -> str:
+    if not c.is_split:
+        return c.strategy
+    if c.strategy == "zero3":
+        return f"zero3 in {c.slices} slices"
+    return f"{c.strategy}, {c.sharded_slices}/{c.slices} slices zero3"
+
+
+def _block_key(plan: Plan, i: int) -> tuple:
+    return (plan.choices[f"block{i}.attn"], plan.choices[f"block{i}.mlp"], plan.checkpoint[i])
+
+
+def block_runs(plan: Plan) -> list[tuple[int, int, GroupChoice, GroupChoice, bool]]:
+    """Runs of consecutive blocks with identical choices: (first, last, attn, mlp, checkpointed)."""
+    runs = []
+    for i in range(plan.model.n_layers):
+        key = _block_key(plan, i)
+        if runs and runs[-1][1] == i - 1 and runs[-1][2:] == key:
+            runs[-1] = (runs[-1][0], i) + key
+        else:
+            runs.append((i, i) + key)
+    return runs
+
+
+def summarize_plan(plan: Plan) -> list[str]:
+    """One line per run of identical blocks, then the root, e.g.
+    'blocks 0-45: attention ddp, mlp zero3 in 4 slices, checkpointed'."""
+    lines = []
+    for first, last, attn, mlp, ckpt in block_runs(plan):
+        where = f"block {first}" if first == last else f"blocks {first}-{last}"
+        lines.append(f"{where}: attention {describe_choice(attn)}, mlp {describe_choice(mlp)}"
+                     + (", checkpointed" if ckpt else ""))
+    lines.append(f"root (embedding + head): {describe_choice(plan.choices['root'])}")
+    return lines
+
+
+def plan_oneline(plan: Plan) -> str:
+    """The plan summary on one line (CSV cells, top-k lists)."""
+    return f"mb {plan.micro_batch}x{plan.grad_accum}; " + "; ".join(summarize_plan(plan))
+
+
+def settings_line(plan: Plan) -> str:
+    shard = "all devices" if plan.shard_size == plan.devices else \
+        f"groups of {plan.shard_size} ({plan.replicas} replicas)"
+    return (f"micro-batch {plan.micro_batch} x {plan.grad_accum} accumulation x {plan.devices} devices "
+            f"= global batch {plan.global_batch}; {plan.precision}, {plan.optimizer}; sharding over {shard}")
+
+
+# ---------------------------------------------------------------- why it wins
+
+def composition(plan: Plan) -> str:
+    """How many blocks' attention and MLP use each choice, e.g.
+    'attention: 46 zero2, 2 zero3; MLP: 45 zero2, 3 zero3 in 4 slices'."""
+    parts = []
+    for kind, title in (("attn", "attention"), ("mlp", "MLP")):
+        counts: dict[str, int] = {}
+        for i in range(plan.model.n_layers):
+            d = describe_choice(plan.choices[f"block{i}.{kind}"])
+            counts[d] = counts.get(d, 0) + 1
+        parts.append(f"{title}: " + ", ".join(f"{n} {d}" for d, n in
+                                              sorted(counts.items(), key=lambda kv: -kv[1])))
+    return "; ".join(parts)
+
+
+def _unsharded_groups(plan: Plan) -> int:
+    return sum(1 for k, c in plan.choices.items() if k != "root" and c.strategy != "zero3")
+
+
+def uniform_zero3_like(plan: Plan) -> Plan:
+    """Uniform ZeRO-3 with everything else (batch, checkpointing, shard group) as in `plan`."""
+    return replace(plan, choices={k: GroupChoice("zero3") for k in plan.choices}, notes={})
+
+
+def explain(spec: ModelSpec, hw: HardwareProfile, plan: Plan, est: Estimate, baselines: dict) -> str:
+    """One or two sentences: what the plan shards and replicates, what that buys over uniform
+    ZeRO-3 at the same batch, and the speedup over the best uniform ZeRO-3 that fits."""
+    n_groups = 2 * plan.model.n_layers
+    kept = _unsharded_groups(plan)
+    what = (f"The plan keeps the parameters of {kept} of {n_groups} block groups (wholly or in part) "
+            f"gathered from forward to backward with ZeRO-2 or DDP instead of re-sharding them, and "
+            f"shards the rest with ZeRO-3 ({composition(plan)}; root "
+            f"{describe_choice(plan.choices['root'])})") if kept else \
+        f"The plan shards every block group with ZeRO-3 ({composition(plan)}; root " \
+        f"{describe_choice(plan.choices['root'])})"
+    z3 = estimate(spec, hw, uniform_zero3_like(plan))
+    tb, zb = est.time_breakdown, z3.time_breakdown
+    sentence = (f"{what}; against uniform ZeRO-3 at the same batch and checkpointing this cuts "
+                f"all-gather time from {format_seconds(zb['all_gather_s'])} to "
+                f"{format_seconds(tb['all_gather_s'])} per step (exposed communication "
+                f"{format_seconds(zb['exposed_communication_s'])} -> "
+                f"{format_seconds(tb['exposed_communication_s'])}) and the step from "
+                f"{format_seconds(z3.iteration_time_s)} to {format_seconds(est.iteration_time_s)}, "
+                f"for {_signed_gib(est.peak_memory_bytes - z3.peak_memory_bytes)} of peak memory "
+                f"({format_bytes(z3.peak_memory_bytes)} -> {format_bytes(est.peak_memory_bytes)}).")
+    b = baselines.get("zero3")
+    if b is not None and b.feasible:
+        sentence += (f" The best uniform ZeRO-3 that fits (micro-batch {b.micro_batch}"
+                     f"{', checkpointed' if b.checkpoint else ''}) reaches {b.samples_per_s:.2f} samples/s; "
+                     f"this plan {est.samples_per_s:.2f} ({est.samples_per_s / b.samples_per_s:.2f}x).")
+    elif b is not None:
+        sentence += " Uniform ZeRO-3 does not fit the limit at any batch in the space."
+    return sentence
+
+
+def _signed_gib(delta_bytes: float) -> str:
+    return f"{'+' if delta_bytes >= 0 else '-'}{abs(delta_bytes) / GiB:.2f} GiB"
+
+
+def _join(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+# ---------------------------------------------------------------- JSON
+
+def _est_dict(est: Estimate) -> dict:
+    return {"peak_memory_bytes": est.peak_memory_bytes, "iteration_time_s": est.iteration_time_s,
+            "samples_per_s": est.samples_per_s, "tokens_per_s": est.tokens_per_s, "mfu": est.mfu,
+            "memory_breakdown": dict(est.memory_breakdown), "time_breakdown": dict(est.time_breakdown),
+            "model_states_bytes": dict(est.model_states_bytes), "peak_during": est.peak_during}
+
+
+def _certificate(result) -> dict:
+    return {"status": result.status, "optimal": result.status == "optimal", "seconds": result.seconds,
+            "nodes": result.nodes, "leaves": result.leaves, "best_bound": result.best_bound,
+            "gap": result.gap, "message": result.message}
+
+
+def result_to_json(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, result,
+                   baselines: dict, *, explanation: str | None = None) -> dict:
+    """One JSON-ready object: plan, predicted, baselines, search certificate, top plans, why."""
+    plan, est = result.plan, result.estimate
+    out = {"model": spec.name, "params": spec.param_count, "hardware": hw.name,
+           "devices": plan.devices if plan else hw.device.count, "mem_limit_bytes": mem_limit_bytes,
+           "status": result.status}
+    if plan is not None:
+        out["plan"] = plan_to_dict(plan)
+        out["plan_summary"] = summarize_plan(plan)
+        out["predicted"] = dict(_est_dict(est), micro_batch=plan.micro_batch, grad_accum=plan.grad_accum,
+                                global_batch=plan.global_batch)
+    else:
+        out["min_peak_memory_bytes"] = result.min_peak_memory_bytes
+    out["baselines"] = {}
+    for name, b in baselines.items():
+        d = b.to_dict()
+        if plan is not None and b.feasible:
+            d["speedup"] = est.samples_per_s / b.samples_per_s
+        out["baselines"][name] = d
+    out["search"] = _certificate(result)
+    out["top"] = [{"peak_memory_bytes": e.peak_memory_bytes, "samples_per_s": e.samples_per_s,
+                   "micro_batch": p.micro_batch, "grad_accum": p.grad_accum, "summary": summarize_plan(p)}
+                  for p, e in (result.top or [])]
+    if explanation is not None:
+        out["why"] = explanation
+    return out
+
+
+# ---------------------------------------------------------------- text
+
+def format_report(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, result,
+                  baselines: dict, *, explanation: str | None = None, top_k: int = 1) -> str:
+    plan, est = result.plan, result.estimate
+    lines = [f"model      {spec.name} ({spec.param_count / 1e9:.3f} B params, seq {spec.seq_len})",
+             f"hardware   {hw.name}: {plan.devices} x {hw.device.name}; limit {format_bytes(mem_limit_bytes)} "
+             f"per device", ""]
+    lines.append("plan")
+    lines += [f"  {s}" for s in summarize_plan(plan)]
+    lines.append(f"  {settings_line(plan)}")
+    ck = sum(plan.checkpoint)
+    lines.append(f"  checkpointing: {ck} of {len(plan.checkpoint)} blocks")
+
+    lines += ["", f"peak memory     {format_bytes(est.peak_memory_bytes):>11} of {format_bytes(mem_limit_bytes)} "
+              f"limit ({est.peak_memory_bytes / mem_limit_bytes:.1%}), during {est.peak_during}"]
+    for k, v in est.memory_breakdown.items():
+        if v:
+            lines.append(f"  {k:<20} {format_bytes(v):>11}")
+    tb = est.time_breakdown
+    lines += ["", f"iteration time  {format_seconds(est.iteration_time_s):>11}   compute {format_seconds(tb['compute_s'])}, "
+              f"communication {format_seconds(tb['communication_s'])} of which exposed "
+              f"{format_seconds(tb['exposed_communication_s'])}"]
+    for kind in ("all_gather", "reduce_scatter", "all_reduce"):
+        if tb[f"{kind}_s"] > 0:
+            lines.append(f"  {kind:<20} {format_seconds(tb[kind + '_s']):>11}   exposed "
+                         f"{format_seconds(tb[kind + '_exposed_s'])}")
+    lines += ["", f"throughput      {est.samples_per_s:11.2f} samples/s   {est.tokens_per_s:,.0f} tokens/s   "
+              f"MFU {est.mfu:.1%}"]
+
+    lines += ["", "baselines (each at its own best micro-batch)"]
+    rows = [("", "fits", "micro-batch", "checkpoint", "peak memory", "samples/s", "this plan")]
+    for name in BASELINE_ORDER:
+        b = baselines.get(name)
+        if b is None:
+            continue
+        if b.feasible:
+            rows.append((BASELINE_TITLES[name], "yes", f"{b.micro_batch}x{b.grad_accum}", b.checkpoint_label,
+                         format_bytes(b.peak_memory_bytes), f"{b.samples_per_s:.2f}",
+                         f"{est.samples_per_s / b.samples_per_s:.2f}x"))
+        else:
+            need = f">= {format_bytes(b.peak_memory_bytes)}" if b.peak_memory_bytes else "-"
+            rows.append((BASELINE_TITLES[name], "no", "-", "-", need, "-", "-"))
+    lines += ["  " + r for r in _table(rows)]
+
+    lines += ["", "certificate"]
+    lines.append(f"  status {result.status}; {result.nodes:,} nodes, {result.leaves:,} leaves evaluated; "
+                 f"best bound {result.best_bound:.2f} samples/s; gap {result.gap:.2%}; "
+                 f"{format_seconds(result.seconds)}")
+    if result.message:
+        lines.append(f"  {result.message}")
+    if top_k > 1 and result.top:
+        lines += ["", f"top {min(top_k, len(result.top))} plans"]
+        for i, (p, e) in enumerate(result.top[:top_k], 1):
+            lines.append(f"  {i}. {e.samples_per_s:.2f} samples/s, {format_bytes(e.peak_memory_bytes)}: "
+                         f"{plan_oneline(p)}")
+    if explanation:
+        lines += ["", "why", "  " + explanation]
+    return "\n".join(lines)
+
+
+def _table(rows) -> list[str]:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in
+                      enumerate(zip(r, widths))).rstrip() for r in rows]
