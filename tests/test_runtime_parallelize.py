@@ -115,10 +115,10 @@ EXPECTED_LAYOUT = {
     "zero3": ({"2": GPT_PARAMS}, 5, 0),
     "hybrid_group1_zero3": ({"2x1": GPT_PARAMS}, 5, 0),
     "hybrid_group2": ({"2": GPT_PARAMS}, 5, 0),
-    # 4 groups + root, plus 4 sharded-slice units per group
-    "zero3_split_4": ({"2": GPT_PARAMS}, 5 + 4 * 4, 8),
-    # units: 5 + j per group = 5 + (1 + 2 + 4 + 3); every Linear of the blocks split
-    "mixed_splits": (None, 5 + 10, 8),
+    # 4 groups + root, plus one unit per sharded slice of each of the 8 Linears
+    "zero3_split_4": ({"2": GPT_PARAMS}, 5 + 8 * 4, 8),
+    # 5 + 2 Linears per group * j = 5 + 2 * (1 + 2 + 4 + 3); every Linear of the blocks split
+    "mixed_splits": (None, 5 + 2 * 10, 8),
 }
 
 

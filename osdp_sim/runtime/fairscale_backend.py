@@ -99,19 +99,19 @@ def _cpu_shim() -> None:
     _SHIMMED = True
 
 
-def _unsupported(feature: str) -> UserError:
-    return UserError(f"{feature} is not supported by the fairscale backend; use --backend fsdp2",
-                     field="backend")
+def _unsupported(feature: str, why: str) -> UserError:
+    return UserError(f"{feature} is not supported by the fairscale backend ({why}); "
+                     f"use --backend fsdp2", field="backend")
 
 
-def _check(plan: Plan, device: torch.device) -> None:
+def _check(plan: Plan) -> None:
     for key, choice in plan.choices.items():
         if choice.replicated_strategy == "ddp":
-            raise _unsupported(f"ddp (replicated) group {key!r}: FairScale cannot replicate a "
-                               f"submodule inside a sharded model;")
+            raise _unsupported(f"the ddp group {key!r}",
+                               "FairScale cannot replicate a submodule inside a sharded model")
     if plan.shard_size < plan.devices:
         raise _unsupported(f"hybrid sharding (shard_group {plan.shard_size} < devices "
-                           f"{plan.devices})")
+                           f"{plan.devices})", "FairScale shards over one process group")
 
 
 def _fsdp(module: nn.Module, *, reshard: bool, plan: Plan, device: torch.device) -> nn.Module:
@@ -130,8 +130,7 @@ def _wrap_group(group: nn.Module, choice: GroupChoice, plan: Plan,
     if choice.is_split:
         from osdp_sim.runtime.parallelize import split_group
 
-        # FairScale wraps modules, not lists of modules: each sharded slice of each Linear is its
-        # own unit (FSDP2 groups slice s of all the group's Linears into one unit).
+        # Each sharded slice of each Linear is its own unit, as on FSDP2.
         for lin in split_group(group, choice.slices):
             for s in range(choice.sharded_slices):
                 lin.slices[s] = _fsdp(lin.slices[s], reshard=True, plan=plan, device=device)
@@ -141,7 +140,7 @@ def _wrap_group(group: nn.Module, choice: GroupChoice, plan: Plan,
 def apply_plan_fairscale(model: nn.Module, plan: Plan, *, device: torch.device) -> nn.Module:
     """Nested FairScale FSDP: one unit per group, the root last. Returns the root wrapper (the
     model itself cannot be sharded in place by FairScale)."""
-    _check(plan, device)
+    _check(plan)
     _cpu_shim()
     # FairScale calls the deprecated tensor.storage() on every parameter, every step.
     warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
