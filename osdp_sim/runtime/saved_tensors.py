@@ -5,6 +5,9 @@ is charged, once per storage (views of one buffer count once), to the group whos
 running. Parameters and buffers are model state, not activations, and are left out. Inside a
 checkpointed block torch's own hook replaces ours, so only what the checkpoint itself saves (the
 block input) is seen, charged to the block ('block{i}').
+
+Measure a plain model (build_model, optionally .to(bf16) for what FSDP2's bf16 policy computes
+with): under FSDP2 the gathered parameters are new tensors that this would count as activations.
 """
 
 import torch
