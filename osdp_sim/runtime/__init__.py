@@ -1,0 +1,1 @@
+"""Real execution of plans with torch.distributed (needs the `runtime` extra: torch)."""

@@ -1,0 +1,1 @@
+"""Figures (matplotlib, no torch): timelines, Pareto fronts, calibration plots."""
