@@ -381,3 +381,10 @@ def test_campaign_runs_a_real_validate_then_skips_it_on_resume(tmp_path):
     assert rec.ok and rec.model.n_layers == 2 and rec.data["settings"]["iters"] == 2
     again = run_campaign(c, log=None)
     assert (again.ran, again.skipped) == (0, 1)
+
+
+def test_idle_wait_samples_the_cpus():
+    from osdp_sim.calibrate.campaign import cpu_busy_fraction, wait_until_idle
+    busy = cpu_busy_fraction(0.2)
+    assert busy is None or 0.0 <= busy <= 1.0
+    assert wait_until_idle(1.0, log=None, sample_s=0.2) == 0.0      # never more than 100% busy

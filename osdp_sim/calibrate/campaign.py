@@ -495,9 +495,42 @@ def _write_failed_record(c: Campaign, job: Job, threads: int, rc, tail: str) -> 
     save_record_as(record, job.record_path)
 
 
+def cpu_busy_fraction(sample_s: float = 2.0) -> float | None:
+    """Fraction of all cores busy over `sample_s` seconds (Linux /proc/stat), None elsewhere."""
+    def read():
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+        return sum(vals), idle
+    try:
+        t0, i0 = read()
+        time.sleep(sample_s)
+        t1, i1 = read()
+    except (OSError, ValueError):
+        return None
+    return 1.0 - (i1 - i0) / (t1 - t0) if t1 > t0 else None
+
+
+def wait_until_idle(max_busy: float, *, log=sys.stderr, poll_s: float = 10.0, sample_s: float = 2.0) -> float:
+    """Block until other work leaves the CPUs at most `max_busy` busy (a fraction); returns the
+    seconds waited. CPU step times are only comparable when nothing else runs."""
+    waited, said = 0.0, -60.0
+    while True:
+        busy = cpu_busy_fraction(sample_s)
+        if busy is None or busy <= max_busy:
+            return waited
+        if log and waited - said >= 60:
+            print(f"    waiting for an idle machine: CPUs {busy:.0%} busy (limit {max_busy:.0%}), "
+                  f"waited {waited:.0f} s", file=log, flush=True)
+            said = waited
+        time.sleep(poll_s)
+        waited += poll_s + sample_s
+
+
 def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = False, hw=None,
-                 log=sys.stderr, jobs: list[Job] | None = None) -> CampaignSummary:
-    """Run every job not yet recorded, in order; a failure is recorded and the campaign goes on."""
+                 log=sys.stderr, jobs: list[Job] | None = None, max_busy: float | None = None) -> CampaignSummary:
+    """Run every job not yet recorded, in order; a failure is recorded and the campaign goes on.
+    `max_busy`: before each run, wait until the CPUs are at most this busy (see wait_until_idle)."""
     jobs = plan_jobs(c, hw=hw) if jobs is None else jobs
     todo = pending(jobs, retry_failed=retry_failed)
     summary = CampaignSummary(total=len(jobs), skipped=len(jobs) - len(todo))
@@ -512,6 +545,8 @@ def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = Fa
             eta = _eta(durations, len(todo) - n)
             print(f"campaign {c.name}: run {order[id(job)] + 1}/{len(jobs)} ({n + 1} of {len(todo)} "
                   f"this time) {job.label}, seed {job.seed}{eta}", file=log, flush=True)
+        if max_busy is not None:
+            wait_until_idle(max_busy, log=log)
         t0 = time.monotonic()
         status = runner(c, job, log=log)
         durations.append(time.monotonic() - t0)

@@ -11,6 +11,10 @@ def add_arguments(p) -> None:
                    help="list the runs and which are recorded already; run nothing")
     p.add_argument("--retry-failed", action="store_true",
                    help="run again the runs whose record says failed, oom or timeout")
+    p.add_argument("--wait-idle", type=float, metavar="PCT", nargs="?", const=15.0,
+                   help="before each run wait until other work keeps the CPUs at most PCT%% busy "
+                        "(default 15 when given without a value): CPU timings are only comparable on an "
+                        "idle machine")
     p.add_argument("--only", metavar="TEXT",
                    help="run only the runs whose description contains TEXT (e.g. 'gpt2-tiny n2')")
 
@@ -31,7 +35,8 @@ def run(args) -> int:
             print(f"{i:3d}/{len(jobs)}  {state:8s}  {j.label}, seed {j.seed}  -> {j.record_path}")
         print(f"{len(todo)} of {len(jobs)} to run")
         return 0
-    s = run_campaign(c, jobs=jobs, retry_failed=args.retry_failed, hw=hw)
+    max_busy = None if args.wait_idle is None else args.wait_idle / 100.0
+    s = run_campaign(c, jobs=jobs, retry_failed=args.retry_failed, hw=hw, max_busy=max_busy)
     print(f"campaign {c.name}: {s.total} runs: {s.skipped} already recorded, {s.ran} run now "
           f"({s.ok} ok, {len(s.failed)} not ok) in {s.wall_s / 60:.1f} min")
     for label, status, path in s.failed:
