@@ -134,6 +134,18 @@ def render(cal: Calibration, *, plot_path: str | Path | None = None, report_path
         lines += _table(header, rows, "llrl" + "r" * (len(header) - 4))
         lines.append("")
 
+    # ---- memory by category
+    rows = memory_category_rows(cal)
+    if rows:
+        lines += ["## Peak memory by category (calibrated prediction vs MemTracker)", "",
+                  "At the moment of each side's own peak, MiB. Parameters = sharded fp32 parameters + "
+                  "gathered or compute copies; temporaries include reduce buffers. Differences "
+                  "(predicted - measured) that stay put across plans point at a cost-model term, not at "
+                  "a coefficient.", ""]
+        lines += _table(["#", "model", "plan", "params", "grads", "optimizer", "activations", "temporaries",
+                         "total", "peak during (predicted)"], rows, "lll" + "r" * 6 + "l")
+        lines.append("")
+
     # ---- noise floor
     lines += ["## Noise floor: repeated identical plans", ""]
     if nf.groups:
@@ -211,3 +223,33 @@ def render(cal: Calibration, *, plot_path: str | Path | None = None, report_path
         lines += [f"- `{f}`: {why}" for f, why in cal.excluded]
     lines.append("")
     return "\n".join(lines)
+
+
+# MemTracker category -> cost-model memory_breakdown keys
+CATEGORY_MAP = {"params": (("Parameter", "Buffer"), ("params", "gathered_params", "compute_copies")),
+                "grads": (("Gradient",), ("grads",)),
+                "optimizer": (("Optstate",), ("optimizer",)),
+                "activations": (("Activation",), ("activations",)),
+                "temporaries": (("Temp", "Other"), ("temporaries", "reduce_buffers"))}
+
+
+def memory_category_rows(cal: Calibration) -> list[list[str]]:
+    from osdp_sim.costmodel import estimate
+    hw = cal.result.profile
+    rows = []
+    for i, run in enumerate(cal.runs):
+        tb = run.tracker_breakdown
+        if not tb:
+            continue
+        hw_r = hw if run.world_size == hw.device.count else hw.with_devices(run.world_size)
+        est = estimate(run.spec, hw_r, run.plan)
+        pb = est.memory_breakdown
+        cells = []
+        for _, (meas_keys, pred_keys) in CATEGORY_MAP.items():
+            m = sum(tb.get(k, 0) for k in meas_keys)
+            p = sum(pb.get(k, 0.0) for k in pred_keys)
+            cells.append(f"{mib(p)} / {mib(m)} ({(p - m) / MiB:+.1f})")
+        total_m = tb.get("Total", sum(v for k, v in tb.items() if k != "Total"))
+        cells.append(f"{mib(est.peak_memory_bytes)} / {mib(total_m)} ({(est.peak_memory_bytes - total_m) / MiB:+.1f})")
+        rows.append([str(i + 1), run.model_name, run.label] + cells + [est.peak_during])
+    return rows

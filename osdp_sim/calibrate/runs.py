@@ -32,6 +32,7 @@ class Run:
     label: str                     # short description of the plan for tables
     oversubscribed: bool = False
     load_avg: float | None = None  # 1-minute load average when the run ended (other work inflates times)
+    tracker_breakdown: dict | None = None   # MemTracker bytes per category at the peak (rank with the top peak)
 
     @property
     def samples_per_s(self) -> float:
@@ -127,12 +128,15 @@ def run_from_record(record, profile: HardwareProfile, *, strict: bool = True) ->
                           "iters": settings["iters"]}, sort_keys=True)
     plan = record.plan
     peak = d["measured"]["peak_memory_bytes"]
+    ranks = [m for m in d["measured"]["memory"]["per_rank"] if isinstance(m, dict) and m.get("tracker_breakdown")]
+    top = max(ranks, key=lambda m: m.get("tracker_peak_bytes") or 0, default=None)
     return Run(source=src, model_name=record.model.name, spec=build_spec(record.model), plan=plan,
                world_size=world, time_s=float(t["median"]), time_spread=spread,
                memory_bytes=None if peak is None else float(peak),
                samples=plan.micro_batch * plan.grad_accum * plan.devices, plan_id=plan_id,
                label=plan_label(plan), oversubscribed=bool(env["oversubscribed"]),
-               load_avg=env.get("load_avg_1m"))
+               load_avg=env.get("load_avg_1m"),
+               tracker_breakdown=dict(top["tracker_breakdown"]) if top else None)
 
 
 def runs_from_records(records, profile: HardwareProfile, *, strict: bool = True
