@@ -149,11 +149,23 @@ def fit(profile: HardwareProfile, runs, *, loss: str = "soft_l1", params: tuple[
         nfev += r["nfev"]
         cost += r["cost"]
         at_bound += r["at_bound"]
+    fitted = {p.name: tidy(p, fitted[p.name]) for p in params}
     return FitResult(profile=with_values(profile, fitted), params=params, prior=prior, fitted=fitted,
                      runs=tuple(runs), before=tuple(pred.predict(values_of(profile, params))),
                      after=tuple(pred.predict(fitted)), success=success, message="; ".join(messages),
                      nfev=nfev, cost=cost, loss=loss, sigma_time_log=sigma_time_log,
                      sigma_memory_log=sigma_memory_log, at_bound=tuple(at_bound))
+
+
+def tidy(p: Param, x: float) -> float:
+    """4 significant digits (the runs' noise is far above that); an additive coefficient within a
+    thousandth of its sigma of zero is zero."""
+    x = float(x)
+    if not p.log and abs(x) < 1e-3 * p.sigma:
+        x = 0.0
+    elif x != 0.0:
+        x = float(f"{x:.4g}")
+    return min(max(x, p.lo), p.hi)
 
 
 def _solve(ps: tuple[Param, ...], prior: dict, fixed: dict, data_residuals, loss: str,
