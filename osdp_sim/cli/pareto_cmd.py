@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from osdp_sim.cli.common import load_hw, load_spec
-from osdp_sim.cli.search_cmd import add_space_arguments, build_space, progress
+from osdp_sim.cli.search_cmd import add_space_arguments, build_space, describe_space, progress
 from osdp_sim.errors import UserError
 from osdp_sim.units import format_bytes, parse_bytes
 
@@ -35,7 +35,7 @@ def run(args) -> int:
     spec = load_spec(args)
     space = build_space(args, spec, hw)
 
-    progress(f"computing the Pareto front of {spec.name} on {space.devices} x {hw.device.name} ...")
+    progress(f"computing the Pareto front of {spec.name} on {hw.device.count} x {hw.device.name} ...")
     res = pareto_front(spec, hw, space)
     progress(f"front of {len(res.front)} plans from {len(res.evaluated):,} evaluated in {res.seconds:.2f} s")
     uniform = {}
@@ -43,17 +43,13 @@ def run(args) -> int:
         if s in space.strategies:
             uniform[s] = [(e.peak_memory_bytes, e.samples_per_s) for _, e in uniform_candidates(spec, hw, space, s)]
 
-    title = f"{spec.name} on {hw.name}: {space.devices} x {hw.device.name}"
-    subtitle = (f"{space.precision}, {space.optimizer}; strategies {','.join(space.strategies)}; "
-                f"splits {','.join(map(str, space.splits))}; "
-                f"checkpointing {'allowed' if True in tuple(space.checkpoint) else 'off'}; "
-                f"micro-batches {','.join(map(str, space.micro_batches))}"
-                + (f"; global batch {space.global_batch}" if space.global_batch else ""))
+    title = f"{spec.name} on {hw.name}: {hw.device.count} x {hw.device.name}"
+    subtitle = describe_space(space, hw)
     paths = plot_pareto(out, front=res.front, evaluated=res.evaluated, uniform=uniform, limits=limits,
                         title=title, subtitle=subtitle, device_memory_bytes=hw.device.usable_memory_bytes)
     csv_path = write_front_csv(args.csv or out.with_suffix(".csv"), res.front, plan_oneline)
     front = non_dominated(res.front)
-    print(f"Pareto front of {spec.name} on {space.devices} x {hw.device.name}: {len(front)} plans, "
+    print(f"Pareto front of {spec.name} on {hw.device.count} x {hw.device.name}: {len(front)} plans, "
           f"{len(res.evaluated):,} evaluated, {res.seconds:.2f} s")
     if front:
         print(f"  from {format_bytes(front[0][0])} at {front[0][1]:.2f} samples/s "

@@ -15,14 +15,14 @@ def add_space_arguments(p) -> None:
     """Options that shape the search space (shared with osdp-sim pareto)."""
     add_hw_args(p)
     add_model_args(p)
-    p.add_argument("--micro-batch", type=positive_int, help="fix the micro-batch size per device "
-                   "(default: search over micro-batch sizes)")
+    p.add_argument("--micro-batch", metavar="B[,B...]", help="micro-batch size(s) per device to search "
+                   "(default: 1, 2, 3, ... up to the largest at which some plan fits)")
     p.add_argument("--global-batch", type=positive_int, help="fix the global batch; micro-batches that "
                    "divide it are searched, with gradient accumulation making up the rest")
     p.add_argument("--strategies", default="ddp,zero2,zero3", metavar="LIST",
                    help="strategies per operator group, comma-separated (default: ddp,zero2,zero3)")
-    p.add_argument("--splits", default="1,2,4", metavar="LIST",
-                   help="operator-splitting granularities k to try (default: 1,2,4)")
+    p.add_argument("--splits", metavar="LIST",
+                   help="operator-splitting granularities k to try, comma-separated (default: 1,2,4,8)")
     p.add_argument("--no-split", action="store_true", help="no operator splitting (same as --splits 1)")
     p.add_argument("--no-checkpoint", action="store_true", help="never use activation checkpointing")
     p.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
@@ -43,6 +43,13 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
 
 
+def _positive(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise ValueError(text)
+    return v
+
+
 def _list_arg(text: str, flag: str, allowed=None, cast=str) -> tuple:
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
@@ -52,7 +59,7 @@ def _list_arg(text: str, flag: str, allowed=None, cast=str) -> tuple:
         try:
             v = cast(t)
         except ValueError:
-            raise UserError(f"{t!r} is not a whole number", field=flag) from None
+            raise UserError(f"{t!r} is not a positive whole number", field=flag) from None
         if allowed is not None and v not in allowed:
             raise UserError(f"unknown value {t!r}; expected some of {', '.join(map(str, allowed))}",
                             field=flag)
@@ -61,29 +68,42 @@ def _list_arg(text: str, flag: str, allowed=None, cast=str) -> tuple:
 
 
 def build_space(args, spec, hw):
-    """A SearchSpace from the command line."""
+    """A SearchSpace from the command line (hw already cut to --gpus)."""
     from osdp_sim.plan import SPLITS, STRATEGIES
     from osdp_sim.search.space import SearchSpace
     strategies = _list_arg(args.strategies, "--strategies", STRATEGIES)
-    splits = (1,) if args.no_split else _list_arg(args.splits, "--splits", SPLITS, int)
+    splits = (1,) if args.no_split else (_list_arg(args.splits, "--splits", SPLITS, int) if args.splits
+                                         else SearchSpace.splits)
     if 1 not in splits:
         splits = (1,) + splits
     devices = hw.device.count
-    shard = args.shard_group or devices
-    if shard > devices or devices % shard:
-        raise UserError(f"{shard} must divide the device count {devices}", field="--shard-group")
+    if args.shard_group and (args.shard_group > devices or devices % args.shard_group):
+        raise UserError(f"{args.shard_group} must divide the device count {devices}", field="--shard-group")
     if args.global_batch and args.global_batch % devices:
         raise UserError(f"{args.global_batch} is not a multiple of the {devices} devices", field="--global-batch")
-    if args.global_batch and args.micro_batch and (args.global_batch // devices) % args.micro_batch:
-        raise UserError(f"micro-batch {args.micro_batch} x {devices} devices does not divide "
+    mbs = _list_arg(args.micro_batch, "--micro-batch", cast=_positive) if args.micro_batch else None
+    if args.global_batch and mbs and not any((args.global_batch // devices) % mb == 0 for mb in mbs):
+        raise UserError(f"no micro-batch of {', '.join(map(str, mbs))} x {devices} devices divides "
                         f"--global-batch {args.global_batch}", field="--micro-batch")
-    kw = dict(strategies=strategies, splits=splits,
-              checkpoint=(False,) if args.no_checkpoint else (False, True),
-              global_batch=args.global_batch, shard_groups=(shard,), precision=args.precision,
-              optimizer=args.optimizer, devices=devices, root_strategies=strategies)
-    if args.micro_batch:
-        kw["micro_batches"] = (args.micro_batch,)
-    return SearchSpace(**kw)
+    return SearchSpace(strategies=strategies, splits=tuple(sorted(splits)),
+                       checkpoint=(False,) if args.no_checkpoint else (False, True),
+                       micro_batches=tuple(sorted(mbs)) if mbs else None,
+                       global_batch=args.global_batch,
+                       shard_groups=(args.shard_group,) if args.shard_group else None,
+                       precision=args.precision, optimizer=args.optimizer, devices=devices)
+
+
+def describe_space(space, hw) -> str:
+    """One line: what the space lets vary (for plot subtitles and progress)."""
+    from osdp_sim.search.space import devices_of, shard_groups_of
+    n = devices_of(space, hw)
+    mbs = ",".join(map(str, space.micro_batches)) if space.micro_batches else "1.. (up to what fits)"
+    groups = shard_groups_of(space, hw, n)
+    return (f"{space.precision}, {space.optimizer}; strategies {','.join(space.strategies)}; "
+            f"splits {','.join(map(str, space.splits))}; checkpointing "
+            f"{'allowed' if True in space.checkpoint else 'off'}; micro-batches {mbs}"
+            + (f"; global batch {space.global_batch}" if space.global_batch else "")
+            + (f"; shard groups {','.join(map(str, groups))}" if groups != (n,) else ""))
 
 
 def progress(msg: str) -> None:
@@ -103,13 +123,14 @@ def run(args) -> int:
     spec = load_spec(args)
     space = build_space(args, spec, hw)
 
-    progress(f"searching {spec.name} on {space.devices} x {hw.device.name} within {format_bytes(limit)} ...")
+    progress(f"searching {spec.name} on {hw.device.count} x {hw.device.name} within {format_bytes(limit)}: "
+             f"{describe_space(space, hw)} ...")
     result = search(spec, hw, limit, space, time_limit_s=args.time_limit, top_k=args.top_k)
     if result.status == "infeasible" or result.plan is None:
         msg = infeasible_message(spec, hw, limit, space, result, args)
         if args.json:
             print(json.dumps({"status": "infeasible", "model": spec.name, "hardware": hw.name,
-                              "devices": space.devices, "mem_limit_bytes": limit,
+                              "devices": hw.device.count, "mem_limit_bytes": limit,
                               "min_peak_memory_bytes": result.min_peak_memory_bytes, "message": msg}, indent=1))
         print(f"osdp-sim search: {msg}", file=sys.stderr)
         return 2
@@ -142,7 +163,7 @@ def _with_notes(result, spec, hw, limit):
 def infeasible_message(spec, hw, limit, space, result, args) -> str:
     """Nothing fits: the least peak memory any plan in the space reaches, and what would fit."""
     least = result.min_peak_memory_bytes
-    msg = (f"no plan of {spec.name} fits {format_bytes(limit)} per device on {space.devices} devices: "
+    msg = (f"no plan of {spec.name} fits {format_bytes(limit)} per device on {hw.device.count} devices: "
            f"the least peak memory any plan in the space reaches is {format_bytes(least)}. To fit, try "
            f"--mem-limit {_round_up_mib(least)}MiB or more")
     from osdp_sim.hardware.load import load_profile
@@ -173,9 +194,11 @@ def _relaxations(spec, hw, space, profile_devices: int):
         h = h or (hw if devices == hw.device.count else hw.with_devices(devices))
         return estimate(spec, h, plan).peak_memory_bytes
 
-    n, mb = space.devices, min(space.micro_batches)
+    from osdp_sim.search.space import devices_of, shard_groups_of
+    n = devices_of(space, hw)
+    mb = min(space.micro_batches) if space.micro_batches else 1
     ck = True in tuple(space.checkpoint)
-    shard = min(space.shard_groups) if space.shard_groups else n
+    shard = min(shard_groups_of(space, hw, n))
     out = []
     if not ck:
         out.append(("allowing checkpointing (drop --no-checkpoint)", leanest(n, mb, True, shard)))

@@ -2,14 +2,14 @@
 and the root, each at its own best batch setting (highest samples/s that fits) and with
 checkpointing on or off for all blocks, as the search space allows."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from osdp_sim.costmodel import Estimate, estimate
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan import GroupChoice, Plan
 from osdp_sim.search.knapsack import (BlockChoice, KnapsackResult, checkpoint_options, make_plan,
-                                      space_settings)
+                                      micro_batch_candidates, settings_for)
 
 UNIFORM = ("ddp", "zero2", "zero3")
 
@@ -41,15 +41,27 @@ class Baseline:
                 "checkpoint": self.checkpoint_label if self.feasible else None}
 
 
-def uniform_candidates(spec: ModelSpec, hw: HardwareProfile, space, strategy: str) -> list[tuple[Plan, Estimate]]:
-    """The uniform `strategy` plan at every batch setting and checkpoint option of the space."""
+def uniform_candidates(spec: ModelSpec, hw: HardwareProfile, space, strategy: str,
+                       mem_limit_bytes: float | None = None) -> list[tuple[Plan, Estimate]]:
+    """The uniform `strategy` plan at every batch setting and checkpoint option of the space.
+    When the space leaves micro-batches open they rise until none of these plans fits
+    `mem_limit_bytes` (default: the device's usable memory)."""
+    limit = mem_limit_bytes if mem_limit_bytes is not None else hw.device.usable_memory_bytes
+    mbs, auto = micro_batch_candidates(space, hw)
     out = []
-    for s in space_settings(space):
-        if strategy == "ddp" and s.shard_group != s.devices:
-            continue               # a shard group changes nothing for ddp
-        for ck in checkpoint_options(space):
-            plan = make_plan(spec, s, strategy, BlockChoice(GroupChoice(strategy), GroupChoice(strategy), ck))
-            out.append((plan, estimate(spec, hw, plan)))
+    for mb in mbs:
+        here = []
+        settings = settings_for(space, hw, mb)
+        if strategy == "ddp":          # a shard group changes nothing for ddp
+            settings = list(dict.fromkeys(replace(s, shard_group=s.devices) for s in settings))
+        for s in settings:
+            for ck in checkpoint_options(space):
+                plan = make_plan(spec, s, strategy,
+                                 BlockChoice(GroupChoice(strategy), GroupChoice(strategy), ck))
+                here.append((plan, estimate(spec, hw, plan)))
+        out += here
+        if auto and here and min(e.peak_memory_bytes for _, e in here) > limit:
+            break
     return out
 
 
@@ -68,7 +80,8 @@ def best_fitting(name: str, candidates: list[tuple[Plan, Estimate]], mem_limit_b
 def uniform_baselines(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space,
                       strategies=UNIFORM) -> dict[str, Baseline]:
     """ddp, zero2, zero3 -> Baseline: each at its own best batch setting within the limit."""
-    return {s: best_fitting(s, uniform_candidates(spec, hw, space, s), mem_limit_bytes) for s in strategies}
+    return {s: best_fitting(s, uniform_candidates(spec, hw, space, s, mem_limit_bytes), mem_limit_bytes)
+            for s in strategies}
 
 
 def knapsack_baseline(res: KnapsackResult) -> Baseline:

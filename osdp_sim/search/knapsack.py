@@ -275,19 +275,38 @@ def knapsack_search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float
 
 # ---------------------------------------------------------------- from a search space
 
-def space_settings(space) -> list[Setting]:
-    """Every batch setting of the space: micro-batch (with the accumulation that reaches the
-    global batch, when one is fixed) x shard group."""
-    out = []
-    per_device = space.global_batch // space.devices if space.global_batch else None
-    for mb in space.micro_batches:
-        if per_device is not None and (per_device % mb or mb > per_device):
-            continue
-        accum = per_device // mb if per_device is not None else 1
-        for shard in (space.shard_groups or (space.devices,)):
-            out.append(Setting(space.devices, mb, accum, shard or space.devices, space.precision,
-                               space.optimizer))
-    return out
+MAX_AUTO_MICRO_BATCH = 4096
+
+
+def micro_batch_candidates(space, hw: HardwareProfile) -> tuple[list[int], bool]:
+    """(micro-batches in increasing order, auto?). Auto (space.micro_batches None) means 1, 2,
+    3, ... until nothing fits: the caller stops at the first micro-batch where nothing does."""
+    from osdp_sim.search.space import devices_of
+    if space.micro_batches is not None:
+        return sorted(set(space.micro_batches)), False
+    top = space.global_batch // devices_of(space, hw) if space.global_batch else MAX_AUTO_MICRO_BATCH
+    return list(range(1, max(1, top) + 1)), True
+
+
+def settings_for(space, hw: HardwareProfile, micro_batch: int) -> list[Setting]:
+    """The batch settings of the space at one micro-batch: one per shard group, none when the
+    micro-batch does not divide the global batch."""
+    from osdp_sim.search.space import devices_of, grad_accum_of, shard_groups_of
+    devices = devices_of(space, hw)
+    accum = grad_accum_of(space, micro_batch, devices)
+    if accum is None:
+        return []
+    return [Setting(devices, micro_batch, accum, g, space.precision, space.optimizer)
+            for g in shard_groups_of(space, hw, devices)]
+
+
+def space_settings(space, hw: HardwareProfile) -> list[Setting]:
+    """Every batch setting of a space with explicit micro-batches."""
+    mbs, auto = micro_batch_candidates(space, hw)
+    if auto:
+        raise ValueError("the space searches micro-batches up to what fits; enumerate them with "
+                         "micro_batch_candidates() and stop at the first that does not fit")
+    return [s for mb in mbs for s in settings_for(space, hw, mb)]
 
 
 def checkpoint_options(space) -> tuple[bool, ...]:
@@ -296,12 +315,13 @@ def checkpoint_options(space) -> tuple[bool, ...]:
 
 def osdp_knapsack(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, *,
                   choices: str = "paper") -> KnapsackResult:
-    """The OSDP DP over a search space's batch settings. choices="paper": the paper's four
+    """The OSDP DP over a search space's batch settings (micro-batches up to the first at which
+    the DP finds nothing, when the space leaves them open). choices="paper": the paper's four
     {attention, MLP} x {zero2, zero3} block strategies, each with checkpointing on or off as the
     space allows (the prototype had no checkpointing; Galvatron adds it per layer, and without it
     the DP would lose to uniform ZeRO-3 with checkpointing at any larger batch); "full": every
     (attention, MLP, checkpoint) combination of the space's group choices (the benchmark against
-    the exact search)."""
+    the exact search). The root takes the space's root strategies."""
     from osdp_sim.search.space import group_choices
     ck = checkpoint_options(space)
     if choices == "paper":
@@ -310,5 +330,20 @@ def osdp_knapsack(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
         blocks = full_block_choices(tuple(group_choices(space)), ck)
     else:
         raise ValueError(f"choices must be 'paper' or 'full', not {choices!r}")
-    return knapsack_search(spec, hw, mem_limit_bytes, space_settings(space), blocks,
-                           tuple(space.root_strategies), choice_set=choices)
+    t0 = time.perf_counter()
+    cands, calls, dp_s = [], 0, 0.0
+    mbs, auto = micro_batch_candidates(space, hw)
+    for mb in mbs:
+        found = False
+        for s in settings_for(space, hw, mb):
+            c, k, d = solve_setting(spec, hw, mem_limit_bytes, s, blocks, space.roots)
+            cands.append(c)
+            calls += k
+            dp_s += d
+            found = found or c.plan is not None
+        if auto and not found and settings_for(space, hw, mb):
+            break
+    best = pick_best(cands)
+    return KnapsackResult("solved" if best else "infeasible", best.plan if best else None,
+                          best.estimate if best else None, tuple(cands), time.perf_counter() - t0,
+                          dp_s, calls, choices, len(blocks))
