@@ -219,8 +219,13 @@ def _check_plan_spec(p: dict, f: str, fail) -> None:
              "mlp, block<i>, block<i>.attn, block<i>.mlp)")
     if "search" in p:
         s = p["search"]
-        if not isinstance(s, dict) or set(s) - {"mem_limit"} or "mem_limit" not in s:
-            fail(f"{f}.search", "expected {mem_limit: SIZE}, e.g. {mem_limit: 300MiB}")
+        extra = {"strategies", "splits", "checkpoint", "time_limit_s"}
+        if not isinstance(s, dict) or set(s) - {"mem_limit"} - extra or "mem_limit" not in s:
+            fail(f"{f}.search", "expected {mem_limit: SIZE} and optionally strategies, splits, checkpoint "
+                 "(lists) and time_limit_s, e.g. {mem_limit: 300MiB, splits: [1, 2]}")
+        for k in ("strategies", "splits", "checkpoint"):
+            if k in s and not isinstance(s[k], list):
+                fail(f"{f}.search.{k}", f"expected a list, got {s[k]!r}")
         from osdp_sim.units import parse_bytes
         parse_bytes(s["mem_limit"], field=f"{f}.search.mem_limit")
     if "precision" in p and p["precision"] not in PRECISIONS:
@@ -330,37 +335,35 @@ def _expand_groups(groups: dict, plan_keys, fail) -> dict:
 
 
 def _search_plan(spec: dict, model_cfg, nproc: int, hw, common: dict, fail) -> Plan:
-    """The plan the exact search picks under the memory limit (osdp_sim.search.bnb)."""
+    """The plan the exact search (osdp_sim.search.bnb) picks under the memory limit, at this
+    micro-batch (and accumulation, precision, optimizer, shard group)."""
     from osdp_sim.model.spec import build_spec
     from osdp_sim.units import parse_bytes
     try:
-        from osdp_sim.search import bnb
+        from osdp_sim.search.bnb import search
+        from osdp_sim.search.space import SearchSpace
     except ImportError:
         fail("search", "the exact search (osdp_sim.search.bnb) is not available in this installation")
     if hw is None:
         fail("search", "needs the campaign's hardware profile")
-    limit = parse_bytes(spec["search"]["mem_limit"], field="search.mem_limit")
+    s = spec["search"]
+    limit = parse_bytes(s["mem_limit"], field="search.mem_limit")
     hw_n = hw if hw.device.count == nproc else hw.with_devices(nproc)
-    result = _call_search(bnb, build_spec(model_cfg), hw_n, limit, common)
-    plan = getattr(result, "plan", None)
-    if plan is None:
-        fail("search.mem_limit", f"no plan fits in {spec['search']['mem_limit']} for {model_cfg.name} "
-             f"at micro-batch {common['micro_batch']}")
-    return plan
-
-
-def _call_search(bnb, spec, hw, limit: int, common: dict):
-    """Adapter to the search's entry point: a search restricted to this micro-batch setting."""
-    fn = getattr(bnb, "search")
-    import inspect
-    params = inspect.signature(fn).parameters
-    kw = {}
-    for name, value in (("micro_batches", [common["micro_batch"]]), ("micro_batch", common["micro_batch"]),
-                        ("grad_accums", [common["grad_accum"]]), ("grad_accum", common["grad_accum"]),
-                        ("precision", common["precision"]), ("optimizer", common["optimizer"])):
-        if name in params:
-            kw[name] = value
-    return fn(spec, hw, limit, **kw)
+    mb, ga = common["micro_batch"], common["grad_accum"]
+    kw = {k: tuple(s[k]) for k in ("strategies", "splits", "checkpoint") if k in s}
+    try:
+        space = SearchSpace(micro_batches=(mb,), global_batch=mb * ga * nproc if ga > 1 else None,
+                            shard_groups=(common["shard_group"],), precision=common["precision"],
+                            optimizer=common["optimizer"], devices=nproc, **kw)
+    except UserError as e:
+        fail(f"search.{e.field}" if e.field else "search", str(e).split(": ")[-1])
+    result = search(build_spec(model_cfg), hw_n, limit, space, time_limit_s=float(s.get("time_limit_s", 120)))
+    if result.plan is None:
+        fail("search.mem_limit", f"no plan fits in {s['mem_limit']} for {model_cfg.name} at micro-batch {mb} "
+             f"on {hw.name}")
+    from dataclasses import replace
+    return replace(result.plan, notes={"made_by": "osdp-sim campaign (search)", "hardware": hw.name,
+                                       "mem_limit_bytes": limit, "status": result.status})
 
 
 # ---------------------------------------------------------------- jobs
