@@ -199,3 +199,45 @@ def search_picks(points: list[PlanPoint], limits: list[float] | None = None) -> 
             out.append(PickCheck(model, world, limit, len(ps), picked, best,
                                  picked is not None and picked.measured_memory <= limit))
     return out
+
+
+# ---------------------------------------------------------------- errors by kind of plan
+
+def plan_kinds(run: Run) -> list[str]:
+    """The features of a run's plan that errors may depend on (a run has several)."""
+    plan = run.plan
+    strategies = {c.strategy for c in plan.choices.values()}
+    kinds = [f"model {run.model_name}"]
+    split = any(c.is_split for c in plan.choices.values())
+    if len(strategies) == 1 and not split:
+        kinds.append(f"uniform {next(iter(strategies))}")
+    elif not split:
+        kinds.append("mixed strategies")
+    if split:
+        kinds.append("operator splitting")
+    if any(plan.checkpoint):
+        kinds.append("checkpointing")
+    if plan.grad_accum > 1:
+        kinds.append("gradient accumulation")
+    kinds.append(f"micro-batch {plan.micro_batch}")
+    return kinds
+
+
+@dataclass(frozen=True)
+class KindErrors:
+    kind: str
+    n: int
+    time: ErrorSummary
+    memory: ErrorSummary
+
+
+def errors_by_kind(runs: list[Run], preds: list[Prediction]) -> list[KindErrors]:
+    t = time_errors(runs, preds)
+    m = memory_errors(runs, preds)
+    by: dict[str, list[int]] = {}
+    for i, r in enumerate(runs):
+        for k in plan_kinds(r):
+            by.setdefault(k, []).append(i)
+    order = lambda k: (k.split(" ")[0] != "model", k.startswith("micro-batch"), k)
+    return [KindErrors(k, len(idx), summarize([t[i] for i in idx]), summarize([m[i] for i in idx]))
+            for k, idx in sorted(by.items(), key=lambda kv: order(kv[0]))]

@@ -134,6 +134,17 @@ def render(cal: Calibration, *, plot_path: str | Path | None = None, report_path
         lines += _table(header, rows, "llrl" + "r" * (len(header) - 4))
         lines.append("")
 
+    # ---- errors by kind of plan
+    which = "loo" if cal.loo is not None else "after"
+    lines += [f"## Errors by kind of plan ({WHICH[which]})", "",
+              "A run counts in every row that describes it. Bias = mean signed error (negative: "
+              "the model predicts too little).", ""]
+    rows = [[k.kind, str(k.n), pct(k.time.mean_signed), pct(k.time.mape, False), pct(k.memory.mean_signed),
+             pct(k.memory.mape, False)]
+            for k in analysis.errors_by_kind(list(runs), list(cal.predictions(which)))]
+    lines += _table(["plans", "runs", "time bias", "time MAPE", "memory bias", "memory MAPE"], rows)
+    lines.append("")
+
     # ---- memory by category
     rows = memory_category_rows(cal)
     if rows:
