@@ -53,17 +53,15 @@ def _link(points: list[CollectivePoint]) -> tuple[LinkSpec | None, dict]:
 def build_profile(m: Measurements, *, name: str, dtypes: tuple[str, ...], nominal_peak_tflops: dict,
                   nominal_bandwidth_gbps: float | None, command: str, date: str, host: dict) -> HardwareProfile:
     peaks, curves, gemm_prov = {}, {}, {}
-    launch_s = sig(m.kernel_launch.seconds)
     for dtype in dtypes:
         points = [p for p in m.gemm if p.dtype == dtype]
-        best = best_rate(points, launch_s)
+        best = best_rate(points)
         peak = nominal_peak_tflops[dtype] * 1e12 if dtype in nominal_peak_tflops else best
         peaks[dtype] = sig(peak)
-        curves[dtype] = tuple((g, sig(f, 3)) for g, f in efficiency_curve(points, peak, launch_s))
+        curves[dtype] = tuple((g, sig(f, 3)) for g, f in efficiency_curve(points, peak))
         gemm_prov[dtype] = {
-            "best_gflops": sig(best_rate(points) / 1e9),
-            "peak_source": ("nominal (--peak-tflops)" if dtype in nominal_peak_tflops else
-                            "best measured GEMM rate, kernel launch taken out of each call"),
+            "best_gflops": sig(best / 1e9),
+            "peak_source": "nominal (--peak-tflops)" if dtype in nominal_peak_tflops else "best measured GEMM rate",
             "points_m_n_k_gflops_spread": [[p.m, p.n, p.k, sig(p.flops_per_s / 1e9), sig(p.spread, 2)]
                                            for p in points]}
 
@@ -136,7 +134,7 @@ def build_profile(m: Measurements, *, name: str, dtypes: tuple[str, ...], nomina
                             memory_bandwidth_bytes_per_s=bandwidth_bytes_per_s,
                             bandwidth_efficiency=bandwidth_eff,
                             backward_forward_ratio=sig(m.block.ratio, 3),
-                            kernel_launch_s=launch_s),
+                            kernel_launch_s=sig(m.kernel_launch.seconds)),
         collectives=CollectiveSpec(intra=intra, inter=inter, launch_s=0.0,
                                    tables=_tables(m.collectives)),
         overlap_slowdown=sig(ov.slowdown, 3),

@@ -69,23 +69,15 @@ def measure_gemm(device: Device, dtype: str, shapes: list[GemmShape], repeats: R
     return points
 
 
-def compute_rate(p: GemmPoint, kernel_launch_s: float = 0.0) -> float:
-    """FLOP/s with the launch overhead taken out of the call: the cost model charges a GEMM
-    F / (peak * eff(F)) + kernel_launch, which then reproduces the measured call time. At most
-    half a call is put down to the launch (on a GPU launches overlap device work)."""
-    return p.gflop * 1e9 / max(p.seconds - kernel_launch_s, p.seconds / 2)
+def best_rate(points: list[GemmPoint]) -> float:
+    return max(p.flops_per_s for p in points)
 
 
-def best_rate(points: list[GemmPoint], kernel_launch_s: float = 0.0) -> float:
-    return max(compute_rate(p, kernel_launch_s) for p in points)
-
-
-def efficiency_curve(points: list[GemmPoint], peak_flops_per_s: float,
-                     kernel_launch_s: float = 0.0) -> tuple[tuple[float, float], ...]:
+def efficiency_curve(points: list[GemmPoint], peak_flops_per_s: float) -> tuple[tuple[float, float], ...]:
     """(GFLOP, achieved / peak) pairs with GFLOP strictly increasing (shapes of equal work are
     averaged) and fractions clamped into (0, 1]."""
     by_gflop: dict[float, list[float]] = {}
     for p in points:
         key = float(f"{p.gflop:.4g}")
-        by_gflop.setdefault(key, []).append(compute_rate(p, kernel_launch_s) / peak_flops_per_s)
+        by_gflop.setdefault(key, []).append(p.flops_per_s / peak_flops_per_s)
     return tuple((g, min(1.0, max(1e-6, sum(fs) / len(fs)))) for g, fs in sorted(by_gflop.items()))
