@@ -12,7 +12,7 @@ import pytest
 from osdp_sim.cli.main import main
 from osdp_sim.hardware.dump import profile_to_dict
 from osdp_sim.hardware.load import load_profile, profile_from_dict
-from osdp_sim.profiler.timing import Repeats, relative_spread
+from osdp_sim.profiler.timing import Repeats, relative_spread, time_interleaved
 
 torch = pytest.importorskip("torch")
 
@@ -36,6 +36,14 @@ def test_relative_spread_is_iqr_over_median():
     # inclusive quartiles of 1..5 are 2 and 4: IQR 2, median 3
     assert relative_spread([5.0, 1.0, 3.0, 2.0, 4.0]) == pytest.approx(2 / 3)
     assert relative_spread([7.0]) == 0.0
+
+
+def test_interleaved_timing_keeps_each_function_apart():
+    import time
+    fast, slow = (lambda: time.sleep(0.001)), (lambda: time.sleep(0.004))
+    t_fast, t_slow = time_interleaved([fast, slow], lambda: None, Repeats(warmup=1, samples=5, min_sample_s=0.0))
+    assert t_fast.samples == t_slow.samples == 5
+    assert 0.001 <= t_fast.median_s < 0.003 and 0.004 <= t_slow.median_s < 0.008
 
 
 def test_busbw_factors_follow_nccl_tests():

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import torch
 
 from osdp_sim.profiler.device import DTYPES, Device
-from osdp_sim.profiler.timing import Progress, Repeats, time_calls
+from osdp_sim.profiler.timing import Progress, Repeats, time_interleaved
 
 
 @dataclass(frozen=True)
@@ -54,19 +54,26 @@ def gemm_shapes(kind: str, quick: bool, tiny: bool = False) -> list[GemmShape]:
 
 def measure_gemm(device: Device, dtype: str, shapes: list[GemmShape], repeats: Repeats,
                  progress: Progress) -> list[GemmPoint]:
+    """All shapes stay allocated and are sampled round-robin (see time_interleaved)."""
     torch_dtype = DTYPES[dtype]
-    points = []
-    for i, s in enumerate(shapes, 1):
+    calls = []
+    for s in shapes:
         a = torch.randn(s.m, s.k, device=device.torch_device).to(torch_dtype)
         b = torch.randn(s.k, s.n, device=device.torch_device).to(torch_dtype)
         out = torch.empty(s.m, s.n, device=device.torch_device, dtype=torch_dtype)
-        t = time_calls(lambda: torch.matmul(a, b, out=out), device.sync, repeats)
-        point = GemmPoint(dtype, s.m, s.n, s.k, t.median_s, t.spread)
-        progress(f"gemm {dtype}", i, len(shapes),
-                 f"{s.m}x{s.k} @ {s.k}x{s.n}: {point.flops_per_s / 1e9:.1f} GFLOP/s (spread {t.spread:.1%})")
-        points.append(point)
-        del a, b, out
+        calls.append(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out))
+    total = len(shapes) + 1
+    timings = time_interleaved(calls, device.sync, repeats,
+                               on_sized=lambda i: progress(f"gemm {dtype}", i + 1, total,
+                                                           f"warmed up {_name(shapes[i])}"))
+    points = [GemmPoint(dtype, s.m, s.n, s.k, t.median_s, t.spread) for s, t in zip(shapes, timings)]
+    progress(f"gemm {dtype}", total, total, "; ".join(
+        f"{_name(s)} {p.flops_per_s / 1e9:.1f} GFLOP/s ({p.spread:.0%})" for s, p in zip(shapes, points)))
     return points
+
+
+def _name(s: GemmShape) -> str:
+    return f"{s.m}x{s.k}@{s.k}x{s.n}"
 
 
 def best_rate(points: list[GemmPoint]) -> float:

@@ -71,6 +71,34 @@ def time_calls(fn: Callable[[], object], sync: Callable[[], None], repeats: Repe
     return summarize(per_call, calls)
 
 
+def time_interleaved(fns: list[Callable[[], object]], sync: Callable[[], None], repeats: Repeats,
+                     on_sized: Callable[[int], None] | None = None) -> list[Timing]:
+    """Like time_calls for several functions, but sample them round-robin: a burst of other work
+    on the machine then costs every function one sample instead of all samples of one.
+    `on_sized(i)` is called once function i is warmed up (for progress)."""
+    calls = []
+    for i, fn in enumerate(fns):
+        for _ in range(max(1, repeats.warmup)):
+            fn()
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        calls.append(max(1, math.ceil(repeats.min_sample_s / max(time.perf_counter() - t0, 1e-9))))
+        if on_sized:
+            on_sized(i)
+    per_call: list[list[float]] = [[] for _ in fns]
+    for _ in range(max(1, repeats.samples)):
+        for fn, n, out in zip(fns, calls, per_call):
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            out.append((time.perf_counter() - t0) / n)
+    return [summarize(v, n) for v, n in zip(per_call, calls)]
+
+
 class Progress:
     """Prints `[profile-hw] what i/n: detail` to stderr; silent on ranks other than 0."""
 
