@@ -4,6 +4,7 @@ commands never import torch."""
 
 import argparse
 import importlib
+import importlib.util
 import sys
 
 from osdp_sim.errors import UserError
@@ -44,6 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that run torch; the core (estimate, search, pareto, calibrate) never imports it.
+NEEDS_TORCH = ("validate", "profile-hw", "campaign")
+
+
+def _require_torch(command: str) -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise UserError(f"`osdp-sim {command}` runs PyTorch, which is not installed; install the runtime "
+                        "extra: pip install torch==2.13.0 && pip install -e '.[runtime]'")
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -51,6 +62,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
+        if args.command in NEEDS_TORCH:
+            _require_torch(args.command)
         return int(args._run(args) or 0)
     except UserError as e:
         print(f"osdp-sim {args.command}: error: {e}", file=sys.stderr)
