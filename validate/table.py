@@ -14,7 +14,7 @@ MiB = 2**20
 
 def rows(folder) -> list[str]:
     out = ["| plan | seed | status | step time measured (mean ± std) | predicted | error | "
-           "peak memory measured | predicted | error | load (1 min) |",
+           "peak memory measured | predicted | error | load before / after |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     records = load_records([folder])
     order = {"zero3": 0, "mixed": 1, "ddp": 2}
@@ -29,7 +29,8 @@ def rows(folder) -> list[str]:
             f"| {_ms(t['mean'])} ± {_ms(t['std'])} | {_ms(p.get('iteration_time_s'))} "
             f"| {_pct(e.get('iteration_time_rel'))} "
             f"| {_mib(m['peak_memory_bytes'])} | {_mib(p.get('peak_memory_bytes'))} "
-            f"| {_pct(e.get('peak_memory_rel'))} | {d['env'].get('load_avg_1m', '-')} |")
+            f"| {_pct(e.get('peak_memory_rel'))} "
+            f"| {d['env'].get('load_avg_1m_before', '-')} / {d['env'].get('load_avg_1m', '-')} |")
     return out
 
 

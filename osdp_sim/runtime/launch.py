@@ -137,6 +137,7 @@ def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grac
     for key in ("TORCHELASTIC_RUN_ID", "GROUP_RANK", "ROLE_RANK"):
         base_env.pop(key, None)
 
+    load_before = _load_avg()
     procs: list[subprocess.Popen] = []
     logs = []
     t_start = time.monotonic()
@@ -165,6 +166,7 @@ def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grac
     rank_env = next((res["env"] for res in results if res and res.get("env")), {})
     env = run_env(rank_env or {"device_kind": spec["device"], "backend": spec["backend"]},
                   world=nproc, threads=threads, ranks_per_node=nproc)
+    env["load_avg_1m_before"] = load_before
     return RunOutcome(status=status, run_id=run_id, run_dir=str(run_dir), rank_results=results,
                       failure=failure, env=env, pids=[p.pid for p in procs],
                       wall_s=time.monotonic() - t_start)
