@@ -381,6 +381,9 @@ def test_campaign_runs_a_real_validate_then_skips_it_on_resume(tmp_path):
     assert rec.ok and rec.model.n_layers == 2 and rec.data["settings"]["iters"] == 2
     again = run_campaign(c, log=None)
     assert (again.ran, again.skipped) == (0, 1)
+    [line] = [json.loads(l) for l in (tmp_path / "rec" / "campaign-log.jsonl").read_text().splitlines()]
+    assert line["status"] == "ok" and line["record"] == str(job.record_path) and line["wall_s"] > 1
+    assert line["foreign_cpu_fraction"] is None or 0.0 <= line["foreign_cpu_fraction"] <= 1.0
 
 
 def test_idle_wait_samples_the_cpus():

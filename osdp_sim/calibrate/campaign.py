@@ -498,6 +498,37 @@ def _write_failed_record(c: Campaign, job: Job, threads: int, rc, tail: str) -> 
     save_record_as(record, job.record_path)
 
 
+@dataclass(frozen=True)
+class CpuSample:
+    wall_s: float
+    busy_s: float          # CPU seconds all processes spent, over all cores (/proc/stat)
+    children_s: float      # CPU seconds of this process's finished children (and theirs)
+
+
+def cpu_sample() -> CpuSample | None:
+    import resource
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return CpuSample(time.monotonic(), (sum(vals[:8]) - idle) / hz, ru.ru_utime + ru.ru_stime)
+
+
+def foreign_cpu_fraction(before: CpuSample | None, after: CpuSample | None) -> float | None:
+    """Share of the machine's CPU capacity that other work used between two samples: busy time
+    minus what our (reaped) child processes used, over wall time x cores. A run's ranks are
+    descendants of the validate process we wait for, so their time is in our children's."""
+    if before is None or after is None or after.wall_s <= before.wall_s:
+        return None
+    from osdp_sim.runtime.launch import available_cores
+    foreign = (after.busy_s - before.busy_s) - (after.children_s - before.children_s)
+    return max(0.0, foreign) / ((after.wall_s - before.wall_s) * (os.cpu_count() or available_cores()))
+
+
 def cpu_busy_fraction(sample_s: float = 2.0) -> float | None:
     """Fraction of all cores busy over `sample_s` seconds (Linux /proc/stat), None elsewhere."""
     def read():
@@ -531,9 +562,13 @@ def wait_until_idle(max_busy: float, *, log=sys.stderr, poll_s: float = 10.0, sa
 
 
 def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = False, hw=None,
-                 log=sys.stderr, jobs: list[Job] | None = None, max_busy: float | None = None) -> CampaignSummary:
+                 log=sys.stderr, jobs: list[Job] | None = None, max_busy: float | None = None,
+                 max_foreign: float | None = None, attempts: int = 3) -> CampaignSummary:
     """Run every job not yet recorded, in order; a failure is recorded and the campaign goes on.
-    `max_busy`: before each run, wait until the CPUs are at most this busy (see wait_until_idle)."""
+    `max_busy`: before each run, wait until the CPUs are at most this busy (wait_until_idle).
+    `max_foreign`: a run during which other work used more than this share of the CPUs is run
+    again (its record replaced), up to `attempts` times; the last attempt is kept either way.
+    Every attempt is logged to <records_dir>/campaign-log.jsonl (wall time, foreign CPU share)."""
     jobs = plan_jobs(c, hw=hw) if jobs is None else jobs
     todo = pending(jobs, retry_failed=retry_failed)
     summary = CampaignSummary(total=len(jobs), skipped=len(jobs) - len(todo))
@@ -548,21 +583,47 @@ def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = Fa
             eta = _eta(durations, len(todo) - n)
             print(f"campaign {c.name}: run {order[id(job)] + 1}/{len(jobs)} ({n + 1} of {len(todo)} "
                   f"this time) {job.label}, seed {job.seed}{eta}", file=log, flush=True)
-        if max_busy is not None:
-            wait_until_idle(max_busy, log=log)
-        t0 = time.monotonic()
-        status = runner(c, job, log=log)
-        durations.append(time.monotonic() - t0)
+        for attempt in range(1, attempts + 1):
+            if max_busy is not None:
+                wait_until_idle(max_busy, log=log)
+            before = cpu_sample()
+            status = runner(c, job, log=log)
+            after = cpu_sample()
+            wall = (after.wall_s - before.wall_s) if before and after else 0.0
+            foreign = foreign_cpu_fraction(before, after)
+            _log_attempt(c, job, status, attempt, wall, foreign)
+            disturbed = (max_foreign is not None and foreign is not None and foreign > max_foreign
+                         and status == "ok")
+            if log:
+                extra = f", other work used {foreign:.0%} of the CPUs" if foreign is not None else ""
+                print(f"campaign {c.name}:   {status} in {wall:.0f} s{extra} -> {job.record_path}",
+                      file=log, flush=True)
+            if not disturbed or attempt == attempts:
+                break
+            if log:
+                print(f"campaign {c.name}:   disturbed (limit {max_foreign:.0%}): running it again",
+                      file=log, flush=True)
+            job.record_path.unlink(missing_ok=True)
+        durations.append(wall)
         summary.ran += 1
         if status == "ok":
             summary.ok += 1
         else:
             summary.failed.append((job.label, status, str(job.record_path)))
-        if log:
-            print(f"campaign {c.name}:   {status} in {durations[-1]:.0f} s -> {job.record_path}",
-                  file=log, flush=True)
     summary.wall_s = time.monotonic() - t_start
     return summary
+
+
+def _log_attempt(c: Campaign, job: Job, status: str, attempt: int, wall_s: float, foreign: float | None) -> None:
+    import json
+    from datetime import datetime, timezone
+    line = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "campaign": c.name,
+            "record": str(job.record_path), "label": job.label, "seed": job.seed, "attempt": attempt,
+            "status": status, "wall_s": round(wall_s, 2),
+            "foreign_cpu_fraction": None if foreign is None else round(foreign, 4)}
+    c.records_dir.mkdir(parents=True, exist_ok=True)
+    with open(c.records_dir / "campaign-log.jsonl", "a") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 def _eta(durations: list[float], remaining: int) -> str:

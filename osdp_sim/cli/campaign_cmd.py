@@ -15,6 +15,9 @@ def add_arguments(p) -> None:
                    help="before each run wait until other work keeps the CPUs at most PCT%% busy "
                         "(default 15 when given without a value): CPU timings are only comparable on an "
                         "idle machine")
+    p.add_argument("--max-foreign", type=float, metavar="PCT",
+                   help="run again (up to 3 times) a run during which other processes used more than PCT%% "
+                        "of the CPUs; every attempt is logged to <records_dir>/campaign-log.jsonl")
     p.add_argument("--only", metavar="TEXT",
                    help="run only the runs whose description contains TEXT (e.g. 'gpt2-tiny n2')")
 
@@ -36,7 +39,9 @@ def run(args) -> int:
         print(f"{len(todo)} of {len(jobs)} to run")
         return 0
     max_busy = None if args.wait_idle is None else args.wait_idle / 100.0
-    s = run_campaign(c, jobs=jobs, retry_failed=args.retry_failed, hw=hw, max_busy=max_busy)
+    max_foreign = None if args.max_foreign is None else args.max_foreign / 100.0
+    s = run_campaign(c, jobs=jobs, retry_failed=args.retry_failed, hw=hw, max_busy=max_busy,
+                     max_foreign=max_foreign)
     print(f"campaign {c.name}: {s.total} runs: {s.skipped} already recorded, {s.ran} run now "
           f"({s.ok} ok, {len(s.failed)} not ok) in {s.wall_s / 60:.1f} min")
     for label, status, path in s.failed:
