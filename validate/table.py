@@ -14,7 +14,7 @@ MiB = 2**20
 
 def rows(folder) -> list[str]:
     out = ["| plan | seed | status | step time measured (mean ± std) | predicted | error | "
-           "peak memory measured | predicted | error | load before / after |",
+           "peak memory measured | predicted | error | other work |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     records = load_records([folder])
     order = {"zero3": 0, "mixed": 1, "ddp": 2}
@@ -30,7 +30,7 @@ def rows(folder) -> list[str]:
             f"| {_pct(e.get('iteration_time_rel'))} "
             f"| {_mib(m['peak_memory_bytes'])} | {_mib(p.get('peak_memory_bytes'))} "
             f"| {_pct(e.get('peak_memory_rel'))} "
-            f"| {d['env'].get('load_avg_1m_before', '-')} / {d['env'].get('load_avg_1m', '-')} |")
+            f"| {_pct0(d['env'].get('other_cpu_fraction'))} |")
     return out
 
 
@@ -40,6 +40,10 @@ def _ms(v):
 
 def _mib(v):
     return "-" if v is None else f"{v / MiB:.1f} MiB"
+
+
+def _pct0(v):
+    return "-" if v is None else f"{v * 100:.0f}%"
 
 
 def _pct(v):

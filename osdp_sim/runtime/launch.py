@@ -96,6 +96,32 @@ def _load_avg() -> float | None:
         return None
 
 
+def _cpu_account() -> tuple[float, float, float] | None:
+    """(machine busy core-seconds, this process's and its reaped children's CPU seconds, wall)."""
+    import resource
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    busy_s = (sum(vals[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    ours = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        ours += r.ru_utime + r.ru_stime
+    return busy_s, ours, time.monotonic()
+
+
+def _other_cpu_fraction(before, after, cores: int) -> float | None:
+    """Share of the machine's cores that *other* work kept busy during the run (CPU step times are
+    only honest near 0). Our ranks are reaped by now, so their CPU time is in RUSAGE_CHILDREN."""
+    if not before or not after or after[2] <= before[2]:
+        return None
+    other_s = (after[0] - before[0]) - (after[1] - before[1])
+    return round(max(0.0, other_s) / (cores * (after[2] - before[2])), 3)
+
+
 def _env_defaults(device_kind: str, backend: str) -> dict:
     """What the launcher can tell without torch (used when no rank got far enough to say)."""
     import platform
@@ -138,6 +164,7 @@ def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grac
         base_env.pop(key, None)
 
     load_before = _load_avg()
+    cpu_before = _cpu_account()
     procs: list[subprocess.Popen] = []
     logs = []
     t_start = time.monotonic()
@@ -167,6 +194,7 @@ def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grac
     env = run_env(rank_env or {"device_kind": spec["device"], "backend": spec["backend"]},
                   world=nproc, threads=threads, ranks_per_node=nproc)
     env["load_avg_1m_before"] = load_before
+    env["other_cpu_fraction"] = _other_cpu_fraction(cpu_before, _cpu_account(), env["cores"])
     return RunOutcome(status=status, run_id=run_id, run_dir=str(run_dir), rank_results=results,
                       failure=failure, env=env, pids=[p.pid for p in procs],
                       wall_s=time.monotonic() - t_start)
