@@ -312,6 +312,10 @@ class StageOut:
     d_y: int
     d_v: int                      # Res of the new steps
     pm: int                       # largest local parameter bytes among new units
+    o_m1: int = NEG               # "ckmlp": level after its last re-gather, without the attention's
+    o_m2: int = NEG               # "ckmlp": events after the recompute starts, without the attention's
+    g_a: int = 0                  # "ckattn": the attention's re-gathered bytes (adds to m1 events)
+    p_a: int = 0                  # "ckattn": those + the attention's recomputed activations (m2)
 
 
 def _kept(st: StepCost, ckpt: bool, first: bool, ck: float) -> float:
@@ -323,16 +327,37 @@ def _kept(st: StepCost, ckpt: bool, first: bool, ck: float) -> float:
     return k
 
 
+def regathers(steps: tuple) -> bool:
+    """Some unit of these steps is gathered again for backward (ZeRO-3, ddp, any split)."""
+    return any(st.z3 for st in steps)
+
+
+def mlp_first(mlp: tuple, pend: Pending) -> bool:
+    """A checkpointed block can be processed one group at a time ("ckmlp", "ckattn") when its MLP
+    re-gathers something with nonzero work and the step before it in backward has a reduction:
+    then the gathers queue behind that reduction, which waits for that step's backward, so they
+    run with compute idle and the attention's gathers only delay the MLP's. (Under the head,
+    which has no reduction, they overlap its backward; a zero-work last gather would start at the
+    same instant as the recompute, after it frees the checkpoint. "ckpt" handles both.)"""
+    z = [st for st in mlp if st.z3]
+    return bool(z) and z[-1].agb > 0 and bool(pend.items)
+
+
 def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0) -> StageOut:
     """Process `steps` (forward order) given the key left by the later steps.
 
-    kind: "group" (one group of an unchecked block), "ckpt" (a whole checkpointed block; ck is
-    its checkpoint bytes), "embed" (the embedding step, then the reduction tail).
+    kind: "group" (one group of an unchecked block); "ckpt" (a whole checkpointed block, ck its
+    checkpoint bytes); "ckmlp" then "ckattn" (a checkpointed block whose MLP re-gathers something,
+    one group at a time: its recompute then waits for the block's gathers, which run with compute
+    idle, so the attention adds to the MLP's stage only its gather and recompute time, and two
+    constants to the MLP's memory events (carried as m1, m2)); "embed" (the embedding step, then
+    the reduction tail).
     """
     pend, queue = key
-    ckpt = kind == "ckpt"
+    ckpt = kind in ("ckpt", "ckmlp", "ckattn")
+    first_has_ck = kind in ("ckpt", "ckattn")
     n = len(steps)
-    kept = [_kept(st, ckpt, i == 0, ck) for i, st in enumerate(steps)]
+    kept = [_kept(st, ckpt, i == 0 and first_has_ck, ck) for i, st in enumerate(steps)]
     res_n = sum(st.res for st in steps)
     s_n = res_n + sum(kept)
     # forward segments and forward events
@@ -345,8 +370,8 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0) -> Sta
         else:
             nxt_agf, nxt_gath = pend.agf, pend.gath
         dt += seg(st.f, nxt_agf or 0.0, s)
-        if ckpt:
-            local = (ck + max(0.0, st.act - ck)) if i == 0 else st.act
+        if ckpt and i == 0 and first_has_ck:
+            local = ck + max(0.0, st.act - ck)
         else:
             local = st.act
         local += st.ft + (st.gath if st.agf is not None else 0.0)
@@ -359,37 +384,59 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0) -> Sta
     # backward compute tasks, in backward order
     y = s_n
     o_y = float("-inf")
+    o_m1 = o_m2 = float("-inf")
+    g_a = p_a = 0.0
 
     def run(c, start, end, items, barrier):
-        nonlocal y, o_y, dt, queue
+        nonlocal y, dt, queue
         dur, top, net, queue = run_compute(c, start, end, queue, items, barrier, s)
-        o_y = max(o_y, y + top)
+        top_abs = y + top
         y += net
         dt += dur
+        return top_abs
+
+    def chain(tasks):                # backward steps of units already gathered: no prefetch
+        top = float("-inf")
+        for p in tasks:
+            top = max(top, run(p.b, p.start, p.end, p.items, None))
+        return top
 
     if kind == "ckpt":
         ags = tuple((st.agb, st.gath, 0.0, 0.0, False) for st in steps if st.z3)
-        run(pend.b, pend.start, pend.end, pend.items + ags, len(pend.items) + len(ags) - 1 if ags else None)
-        run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps)), 0.0, (), None)
-        for st in steps[:0:-1]:
-            p = pending_of(st)
-            run(p.b, p.start, p.end, p.items, None)
+        o_y = run(pend.b, pend.start, pend.end, pend.items + ags,
+                  len(pend.items) + len(ags) - 1 if ags else None)
+        o_y = max(o_y, run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps)), 0.0, (), None))
+        o_y = max(o_y, chain(pending_of(st) for st in steps[:0:-1]))
+    elif kind == "ckmlp":
+        ags = tuple((st.agb, st.gath, 0.0, 0.0, False) for st in steps if st.z3)
+        o_y = run(pend.b, pend.start, pend.end, pend.items + ags, len(pend.items) + len(ags) - 1)
+        o_m1 = y                     # after the last gather's allocation nothing else happens
+        o_m2 = run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps)), 0.0, (), None)
+        o_m2 = max(o_m2, chain(pending_of(st) for st in steps[:0:-1]))
+    elif kind == "ckattn":
+        g_a = sum(st.gath for st in steps if st.z3)
+        p_a = g_a + sum(st.act for st in steps)
+        dt += sum(st.agb for st in steps if st.z3) + sum(st.f for st in steps)
+        y += p_a
+        o_y = chain([pend] + [pending_of(st) for st in steps[:0:-1]])
     elif kind == "group":
         order = [pend] + [pending_of(st) for st in steps[:0:-1]]
         for j, p in enumerate(order):
             nxt = steps[n - 1 - j]
             if nxt.z3:
-                run(p.b, p.start, p.end, ((nxt.agb, nxt.gath, 0.0, 0.0, False),) + p.items, 0)
+                top = run(p.b, p.start, p.end, ((nxt.agb, nxt.gath, 0.0, 0.0, False),) + p.items, 0)
             else:
-                run(p.b, p.start, p.end, p.items, None)
+                top = run(p.b, p.start, p.end, p.items, None)
+            o_y = max(o_y, top)
     else:  # embed: the pending step, then the embedding's backward and the reduction tail
-        run(pend.b, pend.start, pend.end, pend.items, None)
+        o_y = run(pend.b, pend.start, pend.end, pend.items, None)
         p = pending_of(steps[0])
-        run(p.b, p.start, p.end, p.items, len(p.items) - 1)
+        o_y = max(o_y, run(p.b, p.start, p.end, p.items, len(p.items) - 1))
     new_pend = None if kind == "embed" else pending_of(steps[0])
     return StageOut(key=(new_pend, queue), dt=qt(dt), opt=qt(sum(st.opt for st in steps)),
                     s_n=qm(s_n), o_v=qm(o_v), o_y=qm(o_y), d_y=qm(y), d_v=qm(res_n),
-                    pm=qm(max((st.pm for st in steps), default=0.0)))
+                    pm=qm(max((st.pm for st in steps), default=0.0)),
+                    o_m1=qm(o_m1), o_m2=qm(o_m2), g_a=qm(g_a), p_a=qm(p_a))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,6 +449,8 @@ class Label:
     v: int                        # Res of processed steps (base of forward events)
     y: int                        # live bytes at the current backward point, same reference
     pm: int                       # largest local parameter bytes so far
+    m1: int = NEG                 # pending events of a checkpointed MLP (see StageOut)
+    m2: int = NEG
 
 
 def start_label(head: StepCost, m: int, s: float) -> tuple[tuple, Label]:
@@ -414,9 +463,11 @@ def start_label(head: StepCost, m: int, s: float) -> tuple[tuple, Label]:
 
 
 def apply(lab: Label, out: StageOut, m: int) -> Label:
-    return Label(t=lab.t + m * out.dt + out.opt,
-                 u=max(lab.u + out.s_n, lab.v + out.o_v, lab.y + out.o_y),
-                 v=lab.v + out.d_v, y=lab.y + out.d_y, pm=max(lab.pm, out.pm))
+    """Monotone in every component of the label (sums with constants and maxima)."""
+    u = max(lab.u + out.s_n, lab.v + out.o_v, lab.y + out.o_y,
+            lab.m1 + out.s_n + out.g_a, lab.m2 + out.s_n + out.p_a)
+    return Label(t=lab.t + m * out.dt + out.opt, u=u, v=lab.v + out.d_v, y=lab.y + out.d_y,
+                 pm=max(lab.pm, out.pm), m1=lab.y + out.o_m1, m2=lab.y + out.o_m2)
 
 
 def finish(lab: Label) -> tuple[int, int]:
@@ -440,19 +491,17 @@ class FastEstimate:
 
 
 def block_stages(spec: ModelSpec, plan: Plan, hw: HardwareProfile, cfg: Config):
-    """(kind, steps, ck) per stage in processing order (last block first)."""
+    """Per block, last first: [(kind, steps, ck), ...] for its stages in processing order."""
     cb = compute_bytes(cfg.precision)
     tokens = cfg.micro_batch * spec.seq_len
     out = []
     for unit in reversed(spec.blocks):
-        groups = [g for g in unit.groups]
-        per = [group_steps(g, plan.choices[g.plan_key], spec, hw, cfg) for g in groups]
+        per = [group_steps(g, plan.choices[g.plan_key], spec, hw, cfg) for g in unit.groups]
         if plan.checkpoint[unit.index]:
             ck = unit.ckpt_activations.bytes_per_token(cb) * tokens
-            out.append(("ckpt", tuple(st for p in per for st in p), ck))
+            out.append([("ckmlp", per[1], ck), ("ckattn", per[0], ck), ("ckpt", per[0] + per[1], ck)])
         else:
-            for p in reversed(per):
-                out.append(("group", p, 0.0))
+            out.append([("group", per[1], 0.0), ("group", per[0], 0.0)])
     return out
 
 
@@ -464,9 +513,13 @@ def fast_estimate(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> FastEstim
     m = plan.grad_accum
     root = root_steps(spec, hw, cfg)
     key, lab = start_label(root.head, m, s)
-    for kind, steps, ck in block_stages(spec, plan, hw, cfg):
-        out = stage(key, steps, kind, s, ck)
-        lab, key = apply(lab, out, m), out.key
+    for stages in block_stages(spec, plan, hw, cfg):
+        if stages[0][0] == "ckmlp":
+            split = mlp_first(stages[0][1], key[0])
+            stages = stages[:2] if split else stages[2:]
+        for kind, steps, ck in stages:
+            out = stage(key, steps, kind, s, ck)
+            lab, key = apply(lab, out, m), out.key
     out = stage(key, (root.embed,), "embed", s)
     lab = apply(lab, out, m)
     t_q, peak_q = finish(lab)

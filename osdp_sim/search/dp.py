@@ -1,0 +1,403 @@
+"""Exact search of one configuration: label setting over decisions in backward order, with
+dominance between partial plans that share a key and bound pruning.
+
+Decisions, in order: for the last block down to the first, its MLP group (choice, checkpointed?)
+then its attention group; the embedding (nothing to choose) closes the plan. A checkpointed
+block is evaluated when its attention group is chosen (the recompute needs both groups), so an
+MLP decision with checkpointing only records the choice in the key ("deferred").
+
+A label is (t, U, V, Y, PM) in fixed point (costmodel/fast.py). Its future depends only on its
+key: the pending step, the reductions still queued and the deferred choice. Every stage update
+is monotone in each component (sums with constants and maxima), and the final (time, peak) is
+(t, max(U, Y + PM)), so a label whose components are all <= another's with the same key yields,
+under every completion, a plan no slower and no larger: the other can be dropped (kept when
+top-k asks for k plans: a label is dropped only when k others dominate it). Fixed-point integers
+make the sums independent of the order of addition, so blocks of the same shape that differ only
+by position produce identical labels when their choices are permuted, and merge.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from osdp_sim.costmodel.fast import NEG, mlp_first, stage, start_label
+from osdp_sim.search.bounds import Bounds
+from osdp_sim.search.problem import Problem
+
+NCOL = 7            # t, u, v, y, pm, m1, m2
+NDELTA = 12         # dt, opt, s_n, o_v, o_y, d_y, d_v, pm, o_m1, o_m2, g_a, p_a
+ZERO = (0, 0, 0, NEG, NEG, 0, 0, 0, NEG, NEG, 0, 0)
+
+
+def positions_of(pb: Problem) -> list[tuple[str, int]]:
+    out = []
+    for b in range(len(pb.blocks) - 1, -1, -1):
+        out.append(("mlp", b))
+        out.append(("attn", b))
+    out.append(("embed", -1))
+    return out
+
+
+@dataclass
+class Finished:
+    t_q: int
+    peak_q: int
+    attn: list[int]
+    mlp: list[int]
+    ckpt: list[bool]
+
+
+@dataclass
+class DPStats:
+    nodes: int = 0                # labels created (before pruning)
+    kept: int = 0                 # labels kept after pruning and dominance
+    pruned_bound: int = 0
+    pruned_memory: int = 0
+    dominated: int = 0
+    transitions: int = 0          # distinct stage evaluations
+
+
+@dataclass
+class DPResult:
+    finished: list[Finished]
+    stats: DPStats
+    complete: bool
+    open_bound_q: float           # least time lower bound among labels left when stopped
+    seconds: float
+
+
+class Engine:
+    """Transition tables of one problem, shared by every run on it."""
+
+    def __init__(self, pb: Problem):
+        self.pb = pb
+        self.positions = positions_of(pb)
+        self.bounds = Bounds(pb, self.positions)
+        self.keys: list[tuple] = []                 # id -> key
+        self.key_ids: dict = {}
+        self.key_info: list[tuple] = []             # id -> (base key, deferred option or None)
+        self.trans: dict = {}
+        self.tables: dict = {}
+        self.kconst: dict = {}
+        self.stats_transitions = 0
+        nchoice = len(pb.choices)
+        self.codes_nc = list(range(nchoice)) if False in pb.ckpt_options else []
+        self.codes_ck = list(range(nchoice, 2 * nchoice)) if True in pb.ckpt_options else []
+
+    def intern(self, key: tuple) -> int:
+        i = self.key_ids.get(key)
+        if i is None:
+            i = len(self.keys)
+            self.key_ids[key] = i
+            self.keys.append(key)
+        return i
+
+    # ---- transitions -------------------------------------------------------------------
+    def _stage(self, key_id: int, g: int, code: int) -> tuple[int, tuple]:
+        """New key and deltas (see NDELTA) for decision g = code."""
+        pb = self.pb
+        kind, bi = self.positions[g]
+        key = self.keys[key_id]
+        nchoice = len(pb.choices)
+        if kind == "embed":
+            out = stage(key, (pb.root.embed,), "embed", pb.s)
+        else:
+            b = pb.blocks[bi]
+            if kind == "mlp":
+                opt = pb.shapes[b.mlp_shape][code % nchoice]
+                if code < nchoice:
+                    out = stage(key, opt.steps, "group", pb.s)
+                elif mlp_first(opt.steps, key[0]):
+                    out = stage(key, opt.steps, "ckmlp", pb.s, b.ck)
+                    self.stats_transitions += 1
+                    return self.intern(("C", self.intern(out.key))), self._deltas(out)
+                else:                                       # checkpointed: the whole block later
+                    return self.intern(("D", key_id, code % nchoice)), ZERO
+            else:
+                aopt = pb.shapes[b.attn_shape][code]
+                if key[0] == "D":
+                    mopt = pb.shapes[b.mlp_shape][key[2]]
+                    out = stage(self.keys[key[1]], aopt.steps + mopt.steps, "ckpt", pb.s, b.ck)
+                elif key[0] == "C":
+                    out = stage(self.keys[key[1]], aopt.steps, "ckattn", pb.s, b.ck)
+                else:
+                    out = stage(key, aopt.steps, "group", pb.s)
+        self.stats_transitions += 1
+        return self.intern(out.key), self._deltas(out)
+
+    @staticmethod
+    def _deltas(out) -> tuple:
+        return (out.dt, out.opt, out.s_n, out.o_v, out.o_y, out.d_y, out.d_v, out.pm,
+                out.o_m1, out.o_m2, out.g_a, out.p_a)
+
+    def table(self, key_id: int, g: int):
+        """(codes, new key ids, deltas (K, 8)) for every decision allowed at gap g."""
+        kind, bi = self.positions[g]
+        sig = None
+        if kind != "embed":
+            b = self.pb.blocks[bi]
+            sig = (b.mlp_shape, b.attn_shape, b.ck)
+        tk = (key_id, kind, sig)
+        t = self.tables.get(tk)
+        if t is None:
+            key = self.keys[key_id]
+            if kind == "embed":
+                codes = [0]
+            elif kind == "mlp":
+                codes = self.codes_nc + self.codes_ck
+            else:
+                codes = list(range(len(self.pb.choices)))
+            nks, ds = [], []
+            for c in codes:
+                nk, d = self._stage(key_id, g, c)
+                nks.append(nk)
+                ds.append(d)
+            t = (np.array(codes, dtype=np.int64), np.array(nks, dtype=np.int64),
+                 np.array(ds, dtype=np.int64).reshape(len(codes), NDELTA))
+            self.tables[tk] = t
+        return t
+
+    def key_bound_at(self, key_id: int, g: int):
+        """For a label with this key waiting for decision g: ((J,) time terms of everything
+        undecided, before subtracting lambda * budget; memory lower bound of the undecided)."""
+        ck = (key_id, g)
+        r = self.kconst.get(ck)
+        if r is None:
+            bnd = self.bounds
+            key = self.keys[key_id]
+            if g >= len(self.positions):
+                r = (np.zeros(len(bnd.j_lam)), 0.0)
+            elif key[0] == "D":
+                b = self.pb.blocks[self.positions[g][1]]
+                pend, queue = self.keys[key[1]]
+                opt = self.pb.shapes[b.mlp_shape][key[2]]
+                r = (bnd.gap_terms(g, pend, queue, opt, b.mlp_shape, key[2]), bnd.mem_terms(g, opt))
+            elif key[0] == "C":
+                pend, queue = self.keys[key[1]]
+                r = (bnd.gap_terms(g, pend, queue, None, ck_attn=True), bnd.mem_terms(g, None, ck_attn=True))
+            else:
+                pend, queue = key
+                r = (bnd.gap_terms(g, pend, queue, None), bnd.mem_terms(g, None))
+            self.kconst[ck] = r
+        return r
+
+    def lower_bounds(self, g: int, C: np.ndarray, CK: np.ndarray, pq_max: float):
+        """(time lower bound, memory lower bound) of labels C with keys CK waiting for g."""
+        bnd = self.bounds
+        ukey, kinv = np.unique(CK, return_inverse=True)
+        infos = [self.key_bound_at(int(k), g) for k in ukey]
+        KC = np.stack([x[0] for x in infos])[kinv]               # (N, J)
+        KM = np.array([x[1] for x in infos])[kinv]
+        mem_lb = C[:, 1] + KM - bnd.m_margin
+        if np.isfinite(pq_max):
+            # the undecided steps may add at most pq_max - U bytes (U' >= U + S_N)
+            budget = np.maximum(pq_max - C[:, 1].astype(float) + bnd.m_margin, 0.0)
+            lb = np.max(KC - bnd.j_lam[None, :] * budget[:, None], axis=1)
+        else:
+            lb = np.max(KC[:, bnd.j_lam == 0.0], axis=1)
+        return C[:, 0] + lb - bnd.t_margin, mem_lb
+
+    # ---- the search --------------------------------------------------------------------------
+    def run(self, *, thr_q: float = float("inf"), pq_max: float = float("inf"), top_k: int = 1,
+            deadline: float | None = None, keep_finished: bool = True,
+            beam: int | None = None) -> DPResult:
+        """Labels whose time bound is >= thr_q or whose memory bound exceeds pq_max are pruned.
+        beam: keep only that many labels (least time bound first) per decision: a heuristic, not
+        exact; the search uses it to find an incumbent."""
+        t0 = time.perf_counter()
+        pb = self.pb
+        m = pb.m
+        stats = DPStats()
+        key0, lab0 = start_label(pb.root.head, m, pb.s)
+        kid0 = self.intern(key0)
+        L = np.array([[lab0.t, lab0.u, lab0.v, lab0.y, lab0.pm, lab0.m1, lab0.m2]], dtype=np.int64)
+        K = np.array([kid0], dtype=np.int64)
+        history: list[tuple[np.ndarray, np.ndarray]] = []      # per gap: (parent, code) of kept labels
+        n = len(self.positions)
+        for g in range(n):
+            if deadline is not None and time.perf_counter() > deadline:
+                lb = self._open_bound(g, L, K, pq_max)
+                return DPResult([], stats, False, lb, time.perf_counter() - t0)
+            L, K, parent, code = self._expand(g, L, K, thr_q, pq_max, top_k, stats, beam)
+            history.append((parent, code))
+            if len(L) == 0:
+                break
+        finished = []
+        if len(L) and keep_finished:
+            for i in range(len(L)):
+                t_q, peak_q = int(L[i, 0]), int(max(L[i, 1], L[i, 3] + L[i, 4]))
+                finished.append(self._trace(i, history, t_q, peak_q))
+        return DPResult(finished, stats, True, float("inf"), time.perf_counter() - t0)
+
+    def path(self, attn: list[int], mlp: list[int], ckpt: list[bool]):
+        """One plan through the same tables: [(gap, label row (1, NCOL), key id)] and the final
+        (t_q, peak_q). For tests of the bounds and of the tables."""
+        pb = self.pb
+        key0, lab0 = start_label(pb.root.head, pb.m, pb.s)
+        kid = self.intern(key0)
+        L = np.array([[lab0.t, lab0.u, lab0.v, lab0.y, lab0.pm, lab0.m1, lab0.m2]], dtype=np.int64)
+        nch = len(pb.choices)
+        out = []
+        for g, (kind, bi) in enumerate(self.positions):
+            out.append((g, L, kid))
+            code = {"mlp": lambda: mlp[bi] + (nch if ckpt[bi] else 0), "attn": lambda: attn[bi],
+                    "embed": lambda: 0}[kind]()
+            codes, nks, ds = self.table(kid, g)
+            r = int(np.flatnonzero(codes == code)[0])
+            L = update(L, ds[r:r + 1], pb.m)
+            kid = int(nks[r])
+        return out, (int(L[0, 0]), int(max(L[0, 1], L[0, 3] + L[0, 4])))
+
+    def _open_bound(self, g, L, K, pq_max) -> float:
+        if len(L) == 0:
+            return float("inf")
+        lb, mem_lb = self.lower_bounds(g, L, K, pq_max)
+        ok = mem_lb <= pq_max
+        return float(lb[ok].min()) if ok.any() else float("inf")
+
+    def _trace(self, i, history, t_q, peak_q) -> Finished:
+        nb = len(self.pb.blocks)
+        attn, mlp, ck = [0] * nb, [0] * nb, [False] * nb
+        nchoice = len(self.pb.choices)
+        for g in range(len(history) - 1, -1, -1):
+            parent, code = history[g]
+            c = int(code[i])
+            kind, bi = self.positions[g]
+            if kind == "mlp":
+                mlp[bi] = c % nchoice
+                ck[bi] = c >= nchoice
+            elif kind == "attn":
+                attn[bi] = c
+            i = int(parent[i])
+        return Finished(t_q, peak_q, attn, mlp, ck)
+
+    def _expand(self, g, L, K, thr_q, pq_max, top_k, stats, beam=None):
+        m = self.pb.m
+        uk, inv = np.unique(K, return_inverse=True)
+        tabs = [self.table(int(k), g) for k in uk]
+        # Skip (key, decision) pairs that cannot beat thr_q even from the best label of the key
+        # (the bound is nondecreasing in t and u).
+        tmin = np.full(len(uk), np.iinfo(np.int64).max)
+        umin = np.full(len(uk), np.iinfo(np.int64).max)
+        np.minimum.at(tmin, inv, L[:, 0])
+        np.minimum.at(umin, inv, L[:, 1])
+        kmax = max(len(t[0]) for t in tabs)
+        D = np.zeros((len(uk), kmax, NDELTA), dtype=np.int64)
+        NK = np.full((len(uk), kmax), -1, dtype=np.int64)
+        CODE = np.zeros((len(uk), kmax), dtype=np.int64)
+        for r, (codes, nks, ds) in enumerate(tabs):
+            D[r, :len(codes)] = ds
+            NK[r, :len(codes)] = nks
+            CODE[r, :len(codes)] = codes
+        g2 = g + 1
+        if g2 < len(self.positions) and (np.isfinite(thr_q) or np.isfinite(pq_max)):
+            rows, cols = np.nonzero(NK >= 0)
+            best = np.zeros((len(rows), NCOL), dtype=np.int64)
+            best[:, 0] = tmin[rows] + m * D[rows, cols, 0] + D[rows, cols, 1]
+            best[:, 1] = umin[rows] + D[rows, cols, 2]
+            lb, mem_lb = self.lower_bounds(g2, best, NK[rows, cols], pq_max)
+            bad = (lb >= thr_q) | (mem_lb > pq_max)
+            NK[rows[bad], cols[bad]] = -1
+        Dl = D[inv]                                           # (n, kmax, NDELTA)
+        nkey = NK[inv]
+        sel = np.nonzero((nkey >= 0).ravel())[0]
+        n = len(L)
+        lab_i = sel // kmax
+        Dl = Dl.reshape(n * kmax, NDELTA)[sel]
+        C = update(L[lab_i], Dl, m)
+        CK = nkey.ravel()[sel]
+        CP = lab_i
+        CC = CODE[inv].ravel()[sel]
+        stats.nodes += len(C)
+        if g2 < len(self.positions) and len(C):
+            lb, mem_lb = self.lower_bounds(g2, C, CK, pq_max)
+            ok_mem = mem_lb <= pq_max
+            ok_t = lb < thr_q
+            LB = lb
+            stats.pruned_memory += int(np.count_nonzero(~ok_mem))
+            stats.pruned_bound += int(np.count_nonzero(ok_mem & ~ok_t))
+            keep = ok_mem & ok_t
+            C, CK, CP, CC, LB = C[keep], CK[keep], CP[keep], CC[keep], LB[keep]
+        else:
+            if len(C):
+                peak = np.maximum(C[:, 1], C[:, 3] + C[:, 4])
+                keep = (peak <= pq_max) & (C[:, 0] < thr_q)
+                stats.pruned_memory += int(np.count_nonzero(peak > pq_max))
+                stats.pruned_bound += int(np.count_nonzero((peak <= pq_max) & (C[:, 0] >= thr_q)))
+                C, CK, CP, CC = C[keep], CK[keep], CP[keep], CC[keep]
+            LB = C[:, 0].astype(float)
+        # dominance within each key
+        order = np.lexsort(tuple(C[:, c] for c in range(NCOL - 1, -1, -1)) + (CK,))
+        C, CK, CP, CC, LB = C[order], CK[order], CP[order], CC[order], LB[order]
+        keepmask = pareto_by_key(C, CK, top_k)
+        stats.dominated += int(len(C) - np.count_nonzero(keepmask))
+        C, CK, CP, CC, LB = C[keepmask], CK[keepmask], CP[keepmask], CC[keepmask], LB[keepmask]
+        if beam is not None and len(C) > beam:
+            best = np.sort(np.argsort(LB, kind="stable")[:beam])
+            C, CK, CP, CC = C[best], CK[best], CP[best], CC[best]
+        stats.kept += len(C)
+        return C, CK, CP, CC
+
+
+def update(L: np.ndarray, D: np.ndarray, m: int) -> np.ndarray:
+    """fast.apply on arrays: labels (n, NCOL) and stage deltas (n, NDELTA)."""
+    C = np.empty((len(L), NCOL), dtype=np.int64)
+    C[:, 0] = L[:, 0] + m * D[:, 0] + D[:, 1]
+    C[:, 1] = np.maximum.reduce([L[:, 1] + D[:, 2], L[:, 2] + D[:, 3], L[:, 3] + D[:, 4],
+                                 L[:, 5] + D[:, 2] + D[:, 10], L[:, 6] + D[:, 2] + D[:, 11]])
+    C[:, 2] = L[:, 2] + D[:, 6]
+    C[:, 3] = L[:, 3] + D[:, 5]
+    C[:, 4] = np.maximum(L[:, 4], D[:, 7])
+    C[:, 5] = L[:, 3] + D[:, 8]
+    C[:, 6] = L[:, 3] + D[:, 9]
+    return C
+
+
+def pareto_by_key(C: np.ndarray, CK: np.ndarray, top_k: int) -> np.ndarray:
+    """C sorted by (key, columns...). Keep the rows dominated (<= in every column) by fewer than
+    top_k other rows of the same key; among equal rows the first ones are kept.
+
+    top_k = 1, vectorised: with rows sorted, a row can only be dominated by an earlier row of its
+    key. If its u is below every earlier u of the key, nothing dominates it. Otherwise the earlier
+    row with the least u (ties: first) decides in the common case; the rest are checked one by one.
+    """
+    n = len(C)
+    keep = np.ones(n, dtype=bool)
+    if n <= 1:
+        return keep
+    starts = np.flatnonzero(np.r_[True, CK[1:] != CK[:-1]])
+    if top_k > 1:
+        ends = np.r_[starts[1:], n]
+        for s, e in zip(starts, ends):
+            kept_rows: list[int] = []
+            for i in range(s, e):
+                if kept_rows:
+                    dom = np.all(C[kept_rows][:, 1:] <= C[i, 1:], axis=1)
+                    if np.count_nonzero(dom) >= top_k:
+                        keep[i] = False
+                        continue
+                kept_rows.append(i)
+        return keep
+    seg = np.cumsum(np.r_[True, CK[1:] != CK[:-1]]) - 1
+    nseg = seg[-1] + 1
+    rank = np.empty(n, dtype=np.int64)
+    by_u = np.lexsort((np.arange(n), C[:, 1]))
+    rank[by_u] = np.arange(n)
+    tv = (nseg - seg) * n + rank
+    cm = np.minimum.accumulate(tv)
+    first = np.r_[True, seg[1:] != seg[:-1]]
+    prev = np.r_[0, cm[:-1]]
+    cand = ~first
+    j = by_u[np.where(first, 0, prev - (nseg - seg) * n)]      # earlier row of least u
+    cand &= C[j, 1] <= C[:, 1]
+    dominated = cand & np.all(C[j][:, 2:] <= C[:, 2:], axis=1)
+    unsure = np.flatnonzero(cand & ~dominated)
+    keep[dominated] = False
+    if len(unsure):
+        seg_start = starts[seg]
+        for i in unsure:
+            block = C[seg_start[i]:i]
+            if np.any(np.all(block[:, 1:] <= C[i, 1:], axis=1)):
+                keep[i] = False
+    return keep

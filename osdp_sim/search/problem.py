@@ -1,0 +1,139 @@
+"""One search configuration (micro-batch, accumulation, shard group, root strategy) as tables:
+the steps of every group under every choice, shared between groups of the same shape."""
+
+from dataclasses import dataclass, field
+
+from osdp_sim.costmodel.fast import Config, RootCost, StepCost, group_steps, root_steps, seg
+from osdp_sim.costmodel.states import compute_bytes
+from osdp_sim.hardware.profile import HardwareProfile
+from osdp_sim.model.spec import ModelSpec, OpGroup
+from osdp_sim.plan.plan import GroupChoice, Plan
+
+
+def group_shape(g: OpGroup) -> tuple:
+    """Everything of a group the cost model reads, without its name."""
+    return (g.kind, tuple((l.in_features, l.out_features, l.bias) for l in g.linears),
+            g.other_params, g.fwd_flops_per_token, g.activations)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One choice for one group shape: its steps (forward order) and the sums the bounds use."""
+
+    choice: GroupChoice
+    steps: tuple[StepCost, ...]
+    cf: float                     # forward compute
+    af: float                     # forward (own) all-gathers
+    fwd_in: float                 # forward segments between its own steps (exact)
+    f_last: float                 # forward of its last step (its segment pairs with the next group)
+    a_first: float                # its first step's own forward gather
+    cb: float                     # backward compute, without recompute
+    ab: float                     # backward communication: reductions + backward gathers
+    opt: float                    # optimizer time
+    res: float                    # resident bytes
+    kept_act: float               # activations kept when the block is not checkpointed
+    kept_gath: float              # gathered copies kept from forward to backward
+    agz: float                    # backward gathers (units gathered again for backward)
+    b_last: float                 # backward of its last step
+    r_first: float                # reduction work after its first step
+    z3: bool                      # some unit is gathered again for backward
+
+
+def make_option(choice: GroupChoice, steps: tuple[StepCost, ...], s: float) -> Option:
+    return Option(
+        choice=choice, steps=steps,
+        cf=sum(st.f for st in steps),
+        af=sum(st.agf or 0.0 for st in steps),
+        fwd_in=sum(seg(a.f, b.agf or 0.0, s) for a, b in zip(steps, steps[1:])),
+        f_last=steps[-1].f,
+        a_first=steps[0].agf or 0.0,
+        cb=sum(st.b for st in steps),
+        ab=sum(w for st in steps for (w, *_rest) in (st.rs or ())) + sum(st.agb for st in steps if st.z3),
+        opt=sum(st.opt for st in steps),
+        res=sum(st.res for st in steps),
+        kept_act=sum(st.act for st in steps),
+        kept_gath=sum(st.gath for st in steps if st.agf is not None and not st.z3),
+        agz=sum(st.agb for st in steps if st.z3),
+        b_last=steps[-1].b,
+        r_first=sum(w for (w, *_r) in (steps[0].rs or ())),
+        z3=any(st.z3 for st in steps))
+
+
+@dataclass
+class Block:
+    index: int
+    attn_shape: int
+    mlp_shape: int
+    ck: float                     # bytes a checkpointed block keeps
+    sig: int                      # id of (attn shape, mlp shape, ck): blocks that are interchangeable
+
+
+@dataclass
+class Problem:
+    spec: ModelSpec
+    hw: HardwareProfile
+    cfg: Config
+    choices: tuple[GroupChoice, ...]
+    ckpt_options: tuple[bool, ...]
+    root: RootCost
+    shapes: list[list[Option]]    # shape id -> options (index = choice index)
+    shape_kinds: list[str]        # shape id -> "attn" | "mlp"
+    blocks: list[Block]           # forward order
+    keys: list[tuple[str, str]] = field(default_factory=list)   # block -> (attn key, mlp key)
+
+    @property
+    def m(self) -> int:
+        return self.cfg.grad_accum
+
+    @property
+    def s(self) -> float:
+        return self.hw.overlap_slowdown
+
+    @property
+    def samples(self) -> int:
+        return self.cfg.micro_batch * self.cfg.grad_accum * self.cfg.devices
+
+    def plan(self, attn: list[int], mlp: list[int], ckpt: list[bool]) -> Plan:
+        choices = {"root": GroupChoice(self.cfg.root)}
+        for b, (ka, km) in enumerate(self.keys):
+            choices[ka] = self.choices[attn[b]]
+            choices[km] = self.choices[mlp[b]]
+        return self.cfg.plan(self.spec, choices, tuple(ckpt))
+
+
+def build_problem(spec: ModelSpec, hw: HardwareProfile, cfg: Config, choices: list[GroupChoice],
+                  ckpt_options: tuple[bool, ...], cache: dict | None = None) -> Problem:
+    """cache: shared between problems of the same spec and hardware (keyed by config too)."""
+    cache = {} if cache is None else cache
+    shape_ids: dict = {}
+    shapes: list[list[Option]] = []
+    kinds: list[str] = []
+    sig_ids: dict = {}
+    blocks: list[Block] = []
+    keys = []
+    cb = compute_bytes(cfg.precision)
+    tokens = cfg.micro_batch * spec.seq_len
+    ck_cfg = (cfg.devices, cfg.micro_batch, cfg.grad_accum, cfg.shard_group, cfg.precision, cfg.optimizer)
+
+    def shape_of(g: OpGroup) -> int:
+        sh = group_shape(g)
+        if sh not in shape_ids:
+            ck = (ck_cfg, sh)
+            if ck not in cache:
+                cache[ck] = [make_option(c, group_steps(g, c, spec, hw, cfg), hw.overlap_slowdown) for c in choices]
+            shape_ids[sh] = len(shapes)
+            shapes.append(cache[ck])
+            kinds.append(g.kind)
+        return shape_ids[sh]
+
+    for unit in spec.blocks:
+        if len(unit.groups) != 2 or [g.kind for g in unit.groups] != ["attn", "mlp"]:
+            raise ValueError(f"{unit.name}: the search expects an attention then an MLP group per block")
+        attn, mlp = unit.groups
+        a, m = shape_of(attn), shape_of(mlp)
+        ck = unit.ckpt_activations.bytes_per_token(cb) * tokens
+        sig = sig_ids.setdefault((a, m, ck), len(sig_ids))
+        blocks.append(Block(unit.index, a, m, ck, sig))
+        keys.append((attn.plan_key, mlp.plan_key))
+    root = root_steps(spec, hw, cfg)
+    return Problem(spec, hw, cfg, tuple(choices), tuple(ckpt_options), root, shapes, kinds, blocks, keys)
