@@ -201,10 +201,12 @@ class Engine:
     # ---- the search --------------------------------------------------------------------------
     def run(self, *, thr_q: float = float("inf"), pq_max: float = float("inf"), top_k: int = 1,
             deadline: float | None = None, keep_finished: bool = True,
-            beam: int | None = None) -> DPResult:
+            beam: int | None = None, thr_fn=None, memory_only: bool = False) -> DPResult:
         """Labels whose time bound is >= thr_q or whose memory bound exceeds pq_max are pruned.
         beam: keep only that many labels (least time bound first) per decision: a heuristic, not
-        exact; the search uses it to find an incumbent."""
+        exact; the search uses it to find an incumbent. thr_fn(mem_lb) -> per-label time
+        threshold (the Pareto search: a label is pruned when a known plan of no more memory is
+        at least as fast). memory_only: dominance ignores time (least-peak search)."""
         t0 = time.perf_counter()
         pb = self.pb
         m = pb.m
@@ -219,7 +221,7 @@ class Engine:
             if deadline is not None and time.perf_counter() > deadline:
                 lb = self._open_bound(g, L, K, pq_max)
                 return DPResult([], stats, False, lb, time.perf_counter() - t0)
-            L, K, parent, code = self._expand(g, L, K, thr_q, pq_max, top_k, stats, beam)
+            L, K, parent, code = self._expand(g, L, K, thr_q, pq_max, top_k, stats, beam, thr_fn, memory_only)
             history.append((parent, code))
             if len(L) == 0:
                 break
@@ -272,7 +274,7 @@ class Engine:
             i = int(parent[i])
         return Finished(t_q, peak_q, attn, mlp, ck)
 
-    def _expand(self, g, L, K, thr_q, pq_max, top_k, stats, beam=None):
+    def _expand(self, g, L, K, thr_q, pq_max, top_k, stats, beam=None, thr_fn=None, memory_only=False):
         m = self.pb.m
         uk, inv = np.unique(K, return_inverse=True)
         tabs = [self.table(int(k), g) for k in uk]
@@ -313,8 +315,8 @@ class Engine:
         if g2 < len(self.positions) and len(C):
             lb, mem_lb = self.lower_bounds(g2, C, CK, pq_max)
             ok_mem = mem_lb <= pq_max
-            ok_t = lb < thr_q
-            LB = lb
+            ok_t = lb < (thr_fn(mem_lb) if thr_fn is not None else thr_q)
+            LB = mem_lb if memory_only else lb
             stats.pruned_memory += int(np.count_nonzero(~ok_mem))
             stats.pruned_bound += int(np.count_nonzero(ok_mem & ~ok_t))
             keep = ok_mem & ok_t
@@ -322,11 +324,13 @@ class Engine:
         else:
             if len(C):
                 peak = np.maximum(C[:, 1], C[:, 3] + C[:, 4])
-                keep = (peak <= pq_max) & (C[:, 0] < thr_q)
+                keep = (peak <= pq_max) & (C[:, 0] < (thr_fn(peak) if thr_fn is not None else thr_q))
                 stats.pruned_memory += int(np.count_nonzero(peak > pq_max))
                 stats.pruned_bound += int(np.count_nonzero((peak <= pq_max) & (C[:, 0] >= thr_q)))
                 C, CK, CP, CC = C[keep], CK[keep], CP[keep], CC[keep]
-            LB = C[:, 0].astype(float)
+            LB = C[:, 1].astype(float) if memory_only else C[:, 0].astype(float)
+        if memory_only:
+            C[:, 0] = 0
         # dominance within each key
         order = np.lexsort(tuple(C[:, c] for c in range(NCOL - 1, -1, -1)) + (CK,))
         C, CK, CP, CC, LB = C[order], CK[order], CP[order], CC[order], LB[order]

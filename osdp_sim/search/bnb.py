@@ -1,0 +1,377 @@
+"""search(): the plan of highest samples/s whose estimate() peak memory fits, proven optimal.
+
+Outer loop: one configuration per (micro-batch, gradient accumulation, shard group, root
+strategy). Each gets an upper bound on its samples/s from the bounds at its first decision
+(bounds.py) and a memory lower bound; configurations are searched best bound first, and one
+whose bound cannot beat the k-th best plan found so far is skipped, proven. Inner search: the
+exact label-setting DP of dp.py, pruned by the incumbent; a beam run of the same DP on the most
+promising configurations supplies that incumbent first. docs/search.md has the argument.
+"""
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from osdp_sim.costmodel import Estimate, estimate
+from osdp_sim.costmodel.fast import MEM_Q, TIME_Q, Config, start_label, total_peak_bytes
+from osdp_sim.errors import UserError
+from osdp_sim.hardware.profile import HardwareProfile
+from osdp_sim.model.spec import ModelSpec
+from osdp_sim.plan.plan import Plan
+from osdp_sim.search.dp import Engine, Finished
+from osdp_sim.search.problem import Problem, build_problem
+from osdp_sim.search.space import (SearchSpace, devices_of, grad_accum_of, group_choices,
+                                   shard_groups_of)
+
+EVALUATED_CAP = 20000
+BEAM = 64
+MAX_MICRO_BATCH = 4096
+
+
+@dataclass
+class SearchResult:
+    status: str                          # optimal | time_limit | infeasible
+    plan: Plan | None
+    estimate: Estimate | None
+    top: list                            # [(Plan, Estimate)], best first
+    nodes: int                           # partial plans created
+    leaves: int                          # complete plans evaluated exactly
+    best_bound: float                    # upper bound on samples/s of any plan not ruled out
+    gap: float                           # (best_bound - best) / best; 0 when optimal
+    seconds: float
+    message: str
+    min_peak_memory_bytes: float         # least peak over the space (exact; with the plan below)
+    per_micro_batch: list                # [(micro_batch, best samples/s or None, pruned by bound)]
+    evaluated: list                      # [(peak_memory_bytes, samples_per_s)] of complete plans
+    min_peak_plan: Plan | None = None
+    objective: str = "time"
+    configs: int = 0                     # configurations considered
+    configs_searched: int = 0            # searched exactly (the rest were ruled out by bounds)
+
+
+@dataclass
+class ParetoResult:
+    front: list                          # [(peak_bytes, samples_per_s, Plan)], peak ascending
+    evaluated: list                      # [(peak_bytes, samples_per_s)]
+    seconds: float
+    nodes: int
+
+
+@dataclass
+class _Cfg:
+    config: Config
+    problem: Problem
+    mem_lb_q: float                      # least possible live-byte peak (fixed point)
+    engine: Engine | None = None
+    ub_sps: float = math.inf
+
+
+def _limit_q(limit_bytes: float, hw: HardwareProfile) -> int:
+    """Largest live-byte peak (fixed point) whose total estimate() peak fits the limit."""
+    if not math.isfinite(limit_bytes):
+        return 2 ** 62
+    q = int((limit_bytes - hw.memory.context_bytes) / (1.0 + hw.memory.fragmentation) / MEM_Q) + 2
+    while q > 0 and total_peak_bytes(q, hw) > limit_bytes:
+        q -= 1
+    return max(q, -1)
+
+
+def _progress(msg: str, enabled: bool) -> None:
+    if enabled:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _mem_lb_q(pb: Problem) -> float:
+    """U at the start + the least resident + kept bytes of every group and the embedding."""
+    _key, lab = start_label(pb.root.head, pb.m, pb.s)
+    allow_nc, allow_ck = False in pb.ckpt_options, True in pb.ckpt_options
+    tot = lab.u + (pb.root.embed.act + pb.root.embed.gath) / MEM_Q
+    for b in pb.blocks:
+        a, m = pb.shapes[b.attn_shape], pb.shapes[b.mlp_shape]
+        vals = []
+        if allow_nc:
+            vals.append(min(o.res + o.kept_act + o.kept_gath for o in a) + min(o.res + o.kept_act + o.kept_gath for o in m))
+        if allow_ck:
+            vals.append(min(o.res + o.kept_gath for o in a) + min(o.res + o.kept_gath for o in m) + b.ck)
+        tot += min(vals) / MEM_Q
+    return tot - 64.0 * (len(pb.blocks) + 2)
+
+
+def _configs(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, pq_max: int, cache: dict):
+    """Configurations in a fixed order, with micro-batches up to the largest at which the
+    memory lower bound still fits (the bound grows with the micro-batch)."""
+    devices = devices_of(space, hw)
+    groups = shard_groups_of(space, hw, devices)
+    choices = group_choices(space)
+    ckpt = tuple(sorted(set(space.checkpoint)))
+    out = []
+    mbs = space.micro_batches
+    mb = 1
+    while True:
+        if mbs is not None:
+            if mb > max(mbs):
+                break
+            if mb not in mbs:
+                mb += 1
+                continue
+        elif mb > MAX_MICRO_BATCH:
+            break
+        m = grad_accum_of(space, mb, devices)
+        fits_any = False
+        if m is not None:
+            for sg in groups:
+                for root in space.roots:
+                    cfg = Config(devices, mb, m, sg, space.precision, space.optimizer, root)
+                    pb = build_problem(spec, hw, cfg, choices, ckpt, cache)
+                    lb = _mem_lb_q(pb)
+                    fits_any |= lb <= pq_max
+                    out.append(_Cfg(cfg, pb, lb))
+        if mbs is None and m is not None and not fits_any:
+            break
+        if mbs is None and space.global_batch is not None and mb * devices > space.global_batch:
+            break
+        mb += 1
+    return out
+
+
+def _finished_value(pb: Problem, f: Finished, hw: HardwareProfile) -> tuple[float, float]:
+    it_s = f.t_q * TIME_Q
+    return total_peak_bytes(f.peak_q, hw), pb.samples / it_s
+
+
+def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: SearchSpace = SearchSpace(),
+           *, time_limit_s: float | None = None, top_k: int = 1, objective: str = "time",
+           progress: bool = False) -> SearchResult:
+    """The plan with the highest samples/s whose estimate() peak memory is <= mem_limit_bytes.
+
+    objective="additive": the additive surrogate (search/additive.py), for cross-checks."""
+    if objective == "additive":
+        from osdp_sim.search.additive import search_additive
+        return search_additive(spec, hw, mem_limit_bytes, space, top_k=top_k)
+    if objective != "time":
+        raise UserError(f"objective must be 'time' or 'additive'; got {objective!r}", field="objective")
+    if top_k < 1:
+        raise UserError("top_k must be at least 1", field="top_k")
+    t0 = time.perf_counter()
+    deadline = None if time_limit_s is None else t0 + time_limit_s
+    pq_max = _limit_q(mem_limit_bytes, hw)
+    cache: dict = {}
+    cfgs = _configs(spec, hw, space, pq_max, cache)
+    fitting = [c for c in cfgs if c.mem_lb_q <= pq_max]
+    nodes = leaves = 0
+    evaluated: list = []
+    found: list = []                                  # (sps, peak, order, cfg, Finished)
+    per_mb: dict = {}
+    for c in cfgs:
+        per_mb.setdefault(c.config.micro_batch, [None, True])
+    # bounds per configuration
+    for c in fitting:
+        c.engine = Engine(c.problem)
+        c.ub_sps = _config_ub(c, pq_max)
+    order = sorted(fitting, key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
+    _progress(f"search: {len(cfgs)} configurations, {len(fitting)} may fit", progress)
+
+    def kth_best() -> float:
+        if len(found) < top_k:
+            return 0.0
+        return sorted((f[0] for f in found), reverse=True)[top_k - 1]
+
+    def add_finished(c: _Cfg, fins: list, beam: bool):
+        nonlocal leaves
+        for f in fins:
+            peak, sps = _finished_value(c.problem, f, hw)
+            leaves += 1
+            if len(evaluated) < EVALUATED_CAP:
+                evaluated.append((peak, sps))
+            if f.peak_q <= pq_max:
+                key = (c.config, tuple(f.attn), tuple(f.mlp), tuple(f.ckpt))
+                if all(k[5] != key for k in found):
+                    found.append((sps, peak, len(found), c, f, key))
+        found.sort(key=lambda x: (-x[0], x[1], x[2]))
+        del found[max(top_k, 1) * 4:]
+
+    # incumbent: beam runs of the same search on the most promising configurations
+    for c in order[:3]:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        r = c.engine.run(pq_max=pq_max, beam=BEAM, deadline=deadline)
+        nodes += r.stats.nodes
+        add_finished(c, r.finished, True)
+    open_bounds: list[float] = []
+    searched = 0
+    for i, c in enumerate(order):
+        best_k = kth_best()
+        mb = c.config.micro_batch
+        if c.ub_sps <= best_k:
+            continue
+        if deadline is not None and time.perf_counter() > deadline:
+            open_bounds.extend(x.ub_sps for x in order[i:] if x.ub_sps > best_k)
+            break
+        per_mb[mb][1] = False
+        thr_q = (c.problem.samples / best_k / TIME_Q) if best_k > 0 else math.inf
+        r = c.engine.run(pq_max=pq_max, thr_q=thr_q, top_k=top_k, deadline=deadline)
+        searched += 1
+        nodes += r.stats.nodes
+        add_finished(c, r.finished, False)
+        _progress(f"search: mb {mb} sg {c.config.shard_group} root {c.config.root}: "
+                  f"{r.stats.nodes} nodes, {len(r.finished)} plans, {r.seconds:.2f} s", progress)
+        if not r.complete:
+            if math.isfinite(r.open_bound_q):
+                open_bounds.append(c.problem.samples / (r.open_bound_q * TIME_Q))
+            open_bounds.extend(x.ub_sps for x in order[i + 1:] if x.ub_sps > kth_best())
+            break
+    for sps, peak, _o, c, f, _k in found:
+        cur = per_mb[c.config.micro_batch][0]
+        per_mb[c.config.micro_batch][0] = sps if cur is None else max(cur, sps)
+    top = []
+    for sps, peak, _o, c, f, _k in found[:top_k]:
+        plan = c.problem.plan(f.attn, f.mlp, f.ckpt)
+        top.append((plan, estimate(spec, hw, plan)))
+    best = top[0][1].samples_per_s if top else 0.0
+    timed_out = bool(open_bounds)
+    bound = max([best] + open_bounds) if top else (max(open_bounds) if open_bounds else 0.0)
+    seconds = time.perf_counter() - t0
+    per_micro_batch = [(mb, v[0], v[1] and v[0] is None) for mb, v in sorted(per_mb.items())]
+    if top:
+        status = "time_limit" if timed_out else "optimal"
+        gap = (bound - best) / best if timed_out else 0.0
+        e = top[0][1]
+        msg = (f"{'optimal' if not timed_out else 'best found'}: {best:.4g} samples/s at "
+               f"{e.peak_memory_bytes / 2**30:.2f} GiB peak" + (f", gap {gap:.2%}" if timed_out else ""))
+        return SearchResult(status, top[0][0], e, top, nodes, leaves, bound, gap, seconds, msg,
+                            math.nan, per_micro_batch, evaluated, None, "time", len(cfgs), searched)
+    if timed_out:
+        return SearchResult("time_limit", None, None, [], nodes, leaves, bound, math.inf, seconds,
+                            "time limit reached before any plan that fits was found", math.nan,
+                            per_micro_batch, evaluated, None, "time", len(cfgs), searched)
+    mp, mp_plan = min_peak(spec, hw, space, cache=cache)
+    msg = (f"no plan fits {mem_limit_bytes / 2**30:.2f} GiB: the least peak memory in this space is "
+           f"{mp / 2**30:.2f} GiB")
+    return SearchResult("infeasible", None, None, [], nodes, leaves, 0.0, math.inf, time.perf_counter() - t0,
+                        msg, mp, per_micro_batch, evaluated, mp_plan, "time", len(cfgs), searched)
+
+
+def _config_ub(c: _Cfg, pq_max: float) -> float:
+    """Upper bound on samples/s of any fitting plan of this configuration."""
+    eng = c.engine
+    key0, lab = start_label(c.problem.root.head, c.problem.m, c.problem.s)
+    kid = eng.intern(key0)
+    L = np.array([[lab.t, lab.u, lab.v, lab.y, lab.pm, lab.m1, lab.m2]], dtype=np.int64)
+    lb, mem_lb = eng.lower_bounds(0, L, np.array([kid]), pq_max)
+    if mem_lb[0] > pq_max or not math.isfinite(lb[0]):
+        return 0.0
+    return c.problem.samples / (max(lb[0], 1.0) * TIME_Q)
+
+
+def min_peak(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSpace(), *,
+             cache: dict | None = None) -> tuple[float, Plan | None]:
+    """The least estimate() peak memory over the space and a plan that attains it. Exact:
+    micro-batches are taken in increasing order and the loop stops once every configuration's
+    memory lower bound is at least the best peak found (the bound grows with the micro-batch at
+    fixed accumulation; with a global batch every valid micro-batch is examined)."""
+    cache = {} if cache is None else cache
+    devices = devices_of(space, hw)
+    groups = shard_groups_of(space, hw, devices)
+    choices = group_choices(space)
+    ckpt = tuple(sorted(set(space.checkpoint)))
+    if space.micro_batches is not None:
+        mbs = sorted(space.micro_batches)
+    elif space.global_batch is not None:
+        mbs = [b for b in range(1, space.global_batch // devices + 1)]
+    else:
+        mbs = range(1, MAX_MICRO_BATCH + 1)
+    best_q, best = math.inf, None
+    for mb in mbs:
+        m = grad_accum_of(space, mb, devices)
+        if m is None:
+            continue
+        cs = []
+        for sg in groups:
+            for root in space.roots:
+                cfg = Config(devices, mb, m, sg, space.precision, space.optimizer, root)
+                pb = build_problem(spec, hw, cfg, choices, ckpt, cache)
+                cs.append(_Cfg(cfg, pb, _mem_lb_q(pb)))
+        if space.global_batch is None and min(c.mem_lb_q for c in cs) >= best_q:
+            break
+        for c in sorted(cs, key=lambda c: (c.mem_lb_q, c.config.shard_group, c.config.root)):
+            if c.mem_lb_q >= best_q:
+                continue
+            eng = Engine(c.problem)
+            r = eng.run(pq_max=(best_q - 1) if math.isfinite(best_q) else math.inf, beam=BEAM, memory_only=True)
+            cand = min((f.peak_q for f in r.finished), default=math.inf)
+            r = eng.run(pq_max=min(best_q, cand) if math.isfinite(min(best_q, cand)) else math.inf,
+                        memory_only=True)
+            for f in r.finished:
+                if f.peak_q < best_q:
+                    best_q, best = f.peak_q, (c, f)
+    if best is None:
+        return math.inf, None
+    c, f = best
+    plan = c.problem.plan(f.attn, f.mlp, f.ckpt)
+    return estimate(spec, hw, plan).peak_memory_bytes, plan
+
+
+def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSpace(), *,
+                 mem_range: tuple[float, float] | None = None, progress: bool = False) -> ParetoResult:
+    """Every (peak memory, samples/s) trade-off of the space at once: the DP of each
+    configuration with no memory limit (or mem_range's upper end) keeps, per key, every label
+    not dominated in (time, memory), so its complete plans contain the whole front; a label is
+    also dropped when a plan already found uses no more memory and is at least as fast. Each
+    front point is what search() returns with that point's peak as the limit."""
+    t0 = time.perf_counter()
+    lo, hi = mem_range if mem_range is not None else (0.0, float(hw.device.usable_memory_bytes))
+    pq_max = _limit_q(hi, hw)
+    cache: dict = {}
+    cfgs = [c for c in _configs(spec, hw, space, pq_max, cache) if c.mem_lb_q <= pq_max]
+    pts: list = []                       # (peak_q-based bytes, sps, cfg, Finished)
+    evaluated: list = []
+    nodes = 0
+    front_peak = np.zeros(0)
+    front_sps = np.zeros(0)
+    for c in sorted(cfgs, key=lambda c: (c.config.micro_batch, c.config.shard_group, c.config.root)):
+        eng = Engine(c.problem)
+        samples = c.problem.samples
+
+        def thr_fn(mem_lb, fp=front_peak, fs=front_sps, samples=samples):
+            if len(fp) == 0:
+                return np.full(len(mem_lb), np.inf)
+            p = np.maximum(np.asarray(mem_lb, dtype=float), 0.0) * MEM_Q
+            peak = p + p * hw.memory.fragmentation + hw.memory.context_bytes
+            i = np.searchsorted(fp, peak, side="right") - 1
+            sps = np.where(i >= 0, fs[np.maximum(i, 0)], 0.0)
+            out = np.full(len(sps), np.inf)
+            ok = sps > 0
+            out[ok] = samples / sps[ok] / TIME_Q
+            return out
+
+        r = eng.run(pq_max=pq_max, thr_fn=thr_fn)
+        nodes += r.stats.nodes
+        for f in r.finished:
+            peak, sps = _finished_value(c.problem, f, hw)
+            if len(evaluated) < EVALUATED_CAP:
+                evaluated.append((peak, sps))
+            if peak >= lo:
+                pts.append((peak, sps, c, f))
+        front_peak, front_sps = _front_arrays(pts)
+        _progress(f"pareto: mb {c.config.micro_batch} root {c.config.root}: {r.stats.nodes} nodes", progress)
+    pts.sort(key=lambda p: (p[0], -p[1], p[2].config.micro_batch))
+    front = []
+    best = -1.0
+    for peak, sps, c, f in pts:
+        if sps > best:
+            plan = c.problem.plan(f.attn, f.mlp, f.ckpt)
+            front.append((peak, sps, plan))
+            best = sps
+    return ParetoResult(front, evaluated, time.perf_counter() - t0, nodes)
+
+
+def _front_arrays(pts):
+    if not pts:
+        return np.zeros(0), np.zeros(0)
+    arr = sorted((p[0], p[1]) for p in pts)
+    peaks = np.array([a[0] for a in arr])
+    sps = np.maximum.accumulate(np.array([a[1] for a in arr]))
+    return peaks, sps

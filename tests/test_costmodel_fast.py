@@ -1,0 +1,53 @@
+"""fast_estimate (the search's incremental form of the cost model) equals estimate()."""
+
+import random
+
+import pytest
+from searchfixtures import hetero_spec, random_hw, random_plan, tiny_config
+
+from osdp_sim.costmodel import estimate
+from osdp_sim.costmodel.fast import fast_estimate, run_compute, seg
+from osdp_sim.hardware.load import load_profile
+from osdp_sim.model.config import with_overrides
+from osdp_sim.model.families import BUILTIN
+from osdp_sim.model.spec import build_spec
+
+
+def test_seg_overlap_formula():
+    # both streams at 1/1.5 while overlapped: 2 s of compute and 1 s of gather take 1.5 + 1
+    assert seg(2.0, 1.0, 1.5) == pytest.approx(2.5)
+    assert seg(1.0, 0.0, 1.5) == 1.0
+
+
+def test_run_compute_barrier_waits_behind_queued_reduction():
+    # 1 s compute; 3 s reduction queued; the next task waits for a 1 s gather behind it (s = 1)
+    dur, top, net, left = run_compute(1.0, (10.0,), -10.0, ((3.0, 0.0, 0.0, 0.0, 3.0, True),),
+                                      ((1.0, 5.0, 0.0, 0.0, False),), 0, 1.0)
+    assert dur == pytest.approx(4.0)
+    assert top == pytest.approx(10.0)        # the gather's 5 bytes start after the compute freed 10
+    assert net == pytest.approx(5.0)          # +10 - 10 + 5
+    assert left == ()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_plans_match_estimate(seed):
+    rng = random.Random(seed)
+    for _ in range(20):
+        spec = hetero_spec(rng, rng.randint(1, 4)) if rng.random() < 0.5 else build_spec(tiny_config(rng, rng.randint(1, 4)))
+        hw = random_hw(rng)
+        plan = random_plan(rng, spec, hw)
+        e, f = estimate(spec, hw, plan), fast_estimate(spec, hw, plan)
+        assert f.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+        assert f.peak_memory_bytes == pytest.approx(e.peak_memory_bytes, rel=1e-9)
+        assert f.samples_per_s == pytest.approx(e.samples_per_s, rel=1e-9)
+
+
+def test_real_profile_and_model():
+    hw = load_profile("titan8")
+    spec = build_spec(with_overrides(BUILTIN["gpt2-1.5b"], n_layers=4))
+    rng = random.Random(7)
+    for _ in range(6):
+        plan = random_plan(rng, spec, hw)
+        e, f = estimate(spec, hw, plan), fast_estimate(spec, hw, plan)
+        assert f.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+        assert f.peak_memory_bytes == pytest.approx(e.peak_memory_bytes, rel=1e-9)

@@ -1,0 +1,144 @@
+"""search() against brute force: every plan of a small space evaluated with estimate().
+
+Random instances: 2-4 blocks (identical or of different widths), random hardware numbers,
+random subsets of the choices, random limits including ones nothing fits. The optimum's
+samples/s must be identical, and the plan too when the brute-force optimum is unique."""
+
+import random
+
+import pytest
+from searchfixtures import enumerate_space, hetero_spec, random_hw, tiny_config
+
+from osdp_sim.costmodel import estimate
+from osdp_sim.hardware.load import load_profile
+from osdp_sim.model.config import with_overrides
+from osdp_sim.model.families import BUILTIN
+from osdp_sim.model.spec import build_spec
+from osdp_sim.plan.plan import STRATEGIES
+from osdp_sim.search.bnb import pareto_front, search
+from osdp_sim.search.space import SearchSpace, group_choices
+
+N_INSTANCES = 200
+
+
+def _instance(rng: random.Random):
+    layers = rng.choice([2, 2, 3, 4])
+    spec = hetero_spec(rng, layers) if rng.random() < 0.5 else build_spec(tiny_config(rng, layers))
+    hw = random_hw(rng)
+    budget = {2: 40, 3: 8, 4: 4}[layers]          # choices^(2L) * ... kept to a few hundred plans
+    while True:
+        strategies = tuple(s for s in STRATEGIES if rng.random() < 0.6) or ("zero3",)
+        space = SearchSpace(strategies=strategies, splits=rng.choice([(1,), (1, 2), (1, 4)]),
+                            checkpoint=rng.choice([(False,), (True,), (False, True)]),
+                            micro_batches=rng.choice([(1,), (2,), (1, 2)]),
+                            root_strategies=tuple(s for s in STRATEGIES if rng.random() < 0.5) or ("zero2",),
+                            precision=rng.choice(["bf16", "fp32"]))
+        n = len(group_choices(space)) ** (2 * layers) * len(space.checkpoint) ** layers
+        if n * len(space.micro_batches) * len(space.roots) <= budget * 8:
+            return spec, hw, space
+
+
+def _brute(spec, hw, space):
+    out = []
+    for plan in enumerate_space(spec, hw, space):
+        e = estimate(spec, hw, plan)
+        out.append((e.samples_per_s, e.peak_memory_bytes, plan))
+    return out
+
+
+def _same_plan(a, b):
+    return (a.choices == b.choices and a.checkpoint == b.checkpoint and a.micro_batch == b.micro_batch
+            and a.shard_group == b.shard_group)
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_search_equals_brute_force(chunk):
+    rng = random.Random(1000 + chunk)
+    checked = unique = infeasible = 0
+    for _ in range(N_INSTANCES // 4):
+        spec, hw, space = _instance(rng)
+        plans = _brute(spec, hw, space)
+        peaks = sorted(p[1] for p in plans)
+        r = rng.random()
+        limit = peaks[0] * 0.98 if r < 0.1 else peaks[rng.randrange(len(peaks))] * rng.choice([1.0, 1.0 + 1e-7])
+        feas = sorted((p for p in plans if p[1] <= limit), key=lambda p: -p[0])
+        res = search(spec, hw, limit, space)
+        if not feas:
+            infeasible += 1
+            assert res.status == "infeasible"
+            assert res.min_peak_memory_bytes == pytest.approx(peaks[0], rel=1e-9)
+            assert estimate(spec, hw, res.min_peak_plan).peak_memory_bytes == pytest.approx(peaks[0], rel=1e-9)
+            continue
+        checked += 1
+        assert res.status == "optimal"
+        assert res.estimate.samples_per_s == pytest.approx(feas[0][0], rel=1e-9)
+        assert res.estimate.peak_memory_bytes <= limit
+        if len(feas) == 1 or feas[1][0] < feas[0][0] * (1 - 1e-9):
+            unique += 1
+            assert _same_plan(res.plan, feas[0][2])
+    assert checked + infeasible == N_INSTANCES // 4
+    assert unique > 0 and infeasible > 0
+
+
+def test_top_k_sorted_and_equal_to_brute_force():
+    rng = random.Random(77)
+    for _ in range(6):
+        spec, hw, space = _instance(rng)
+        plans = _brute(spec, hw, space)
+        limit = sorted(p[1] for p in plans)[len(plans) // 2]
+        feas = sorted((p[0] for p in plans if p[1] <= limit), reverse=True)
+        res = search(spec, hw, limit, space, top_k=3)
+        got = [e.samples_per_s for _p, e in res.top]
+        assert all(a >= b * (1 - 1e-9) for a, b in zip(got, got[1:]))   # ties may differ in the last bit
+        assert got == pytest.approx(feas[:3], rel=1e-9)
+
+
+def test_deterministic():
+    hw = load_profile("titan8")
+    spec = build_spec(with_overrides(BUILTIN["gpt2-1.5b"], n_layers=6))
+    space = SearchSpace(splits=(1, 2), micro_batches=(2, 4))
+    a = search(spec, hw, 3 * 2**30, space)
+    b = search(spec, hw, 3 * 2**30, space)
+    assert a.status == b.status == "optimal"
+    assert _same_plan(a.plan, b.plan)
+    assert (a.nodes, a.leaves) == (b.nodes, b.leaves)
+
+
+def test_time_limit_reports_best_and_gap():
+    hw = load_profile("titan8")
+    spec = build_spec(with_overrides(BUILTIN["gpt2-1.5b"], n_layers=12))
+    full = search(spec, hw, 4 * 2**30, SearchSpace(micro_batches=(2, 4)))
+    res = search(spec, hw, 4 * 2**30, SearchSpace(micro_batches=(2, 4)), time_limit_s=0.05)
+    assert res.status in ("time_limit", "optimal")
+    if res.status == "time_limit":
+        assert res.best_bound >= full.estimate.samples_per_s * (1 - 1e-9)
+        if res.plan is not None:
+            assert res.gap == pytest.approx((res.best_bound - res.estimate.samples_per_s) / res.estimate.samples_per_s)
+            assert res.estimate.samples_per_s <= full.estimate.samples_per_s * (1 + 1e-9)
+    assert full.status == "optimal" and full.gap == 0.0
+
+
+def test_infeasible_reports_least_peak():
+    hw = load_profile("titan8")
+    spec = build_spec(with_overrides(BUILTIN["gpt2-1.5b"], n_layers=4))
+    res = search(spec, hw, 2**28, SearchSpace(splits=(1,), micro_batches=(1, 2)))
+    assert res.status == "infeasible" and res.plan is None
+    assert res.min_peak_memory_bytes > 2**28
+    assert estimate(spec, hw, res.min_peak_plan).peak_memory_bytes == pytest.approx(res.min_peak_memory_bytes)
+    assert "least peak memory" in res.message
+
+
+def test_pareto_front_points_equal_search_at_their_limit():
+    rng = random.Random(5)
+    for _ in range(3):
+        spec, hw, space = _instance(rng)
+        pr = pareto_front(spec, hw, space, mem_range=(0.0, 1e15))
+        plans = _brute(spec, hw, space)
+        assert pr.front
+        peaks = [p[0] for p in pr.front]
+        assert peaks == sorted(peaks)
+        for peak, sps, plan in pr.front:
+            res = search(spec, hw, peak, space)
+            assert res.estimate.samples_per_s == pytest.approx(sps, rel=1e-9)
+            best = max(p[0] for p in plans if p[1] <= peak)
+            assert sps == pytest.approx(best, rel=1e-9)

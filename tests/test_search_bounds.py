@@ -1,0 +1,56 @@
+"""The bounds are admissible: along random plans, at every decision point, the time bound is at
+most the plan's time and the memory bound at most its peak (with and without a memory limit)."""
+
+import random
+
+import numpy as np
+import pytest
+from searchfixtures import hetero_spec, random_hw, tiny_config
+
+from osdp_sim.costmodel import estimate
+from osdp_sim.costmodel.fast import TIME_Q, Config, total_peak_bytes
+from osdp_sim.hardware.load import load_profile
+from osdp_sim.model.config import with_overrides
+from osdp_sim.model.families import BUILTIN
+from osdp_sim.model.spec import build_spec
+from osdp_sim.search.dp import Engine
+from osdp_sim.search.problem import build_problem
+from osdp_sim.search.space import SearchSpace, group_choices
+
+CHOICES = group_choices(SearchSpace())
+
+
+def _instance(rng):
+    if rng.random() < 0.3:
+        hw = load_profile(rng.choice(["titan8", "a100x8", "a100-2x8", "h100x8"]))
+        spec = build_spec(with_overrides(BUILTIN[rng.choice(["gpt2-1.5b", "llama-7b"])], n_layers=rng.randint(2, 4)))
+    else:
+        hw = random_hw(rng)
+        spec = hetero_spec(rng, rng.randint(1, 4)) if rng.random() < 0.5 else build_spec(tiny_config(rng, rng.randint(1, 4)))
+    dev = hw.device.count
+    ck = rng.choice([(False, True), (False,), (True,)])
+    cfg = Config(dev, rng.randint(1, 4), rng.choice([1, 1, 2]), rng.choice([d for d in (1, 2, 4, 8, 16) if dev % d == 0]),
+                 rng.choice(["bf16", "fp32"]), rng.choice(["adamw", "sgd"]), rng.choice(["ddp", "zero2", "zero3"]))
+    pb = build_problem(spec, hw, cfg, CHOICES, ck)
+    nb = len(pb.blocks)
+    plan = ([rng.randrange(len(CHOICES)) for _ in range(nb)], [rng.randrange(len(CHOICES)) for _ in range(nb)],
+            [rng.choice(ck) for _ in range(nb)])
+    return spec, hw, pb, plan
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bounds_admissible_on_random_plans(seed):
+    rng = random.Random(100 + seed)
+    for _ in range(25):
+        spec, hw, pb, (attn, mlp, ck) = _instance(rng)
+        eng = Engine(pb)
+        path, (t_q, peak_q) = eng.path(attn, mlp, ck)
+        e = estimate(spec, hw, pb.plan(attn, mlp, ck))
+        # the tables reproduce the cost model along the plan
+        assert t_q * TIME_Q == pytest.approx(e.iteration_time_s, rel=1e-9)
+        assert total_peak_bytes(peak_q, hw) == pytest.approx(e.peak_memory_bytes, rel=1e-9)
+        for limit in (float("inf"), peak_q):
+            for g, L, k in path:
+                lb, mem_lb = eng.lower_bounds(g, L, np.array([k]), limit)
+                assert lb[0] <= t_q
+                assert mem_lb[0] <= peak_q
