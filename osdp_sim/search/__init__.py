@@ -1,4 +1,4 @@
-"""Plan search: the exact branch-and-bound (bnb.search, bnb.pareto_front) over a SearchSpace."""
+"""Plan search: the exact branch-and-bound, baselines, the OSDP knapsack DP, reports."""
 
 from osdp_sim.search.bnb import ParetoResult, SearchResult, min_peak, pareto_front, search
 from osdp_sim.search.space import SearchSpace, group_choices
