@@ -21,8 +21,6 @@ from osdp_sim.plan import plan_to_dict, save_plan, uniform_plan
 from osdp_sim.records import build_record, load_record, save_record
 from osdp_sim.runtime.launch import available_cores, launch
 
-pytestmark = pytest.mark.slow
-
 CFG = ModelConfig(name="tiny", family="gpt2", n_layers=2, hidden=64, n_heads=2, vocab_size=256,
                   seq_len=32)
 PLAN = uniform_plan(CFG, "zero3", devices=2, micro_batch=2, precision="fp32")
@@ -96,6 +94,16 @@ def spec(**kw):
     return s
 
 
+def test_nproc_must_match_the_plan(files, capsys):
+    hw, plan = files
+    rc = main(["validate", "--plan", str(plan), "--hw", str(hw), "--nproc", "4"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert f"{plan}: devices: --nproc 4 but the plan is for 2 devices" in err
+    assert "make a plan for 4 devices" in err
+
+
+@pytest.mark.slow
 def test_validate_writes_an_ok_record_with_measured_and_predicted(files, tmp_path, capsys):
     hw, plan = files
     out = tmp_path / "rec.json"
@@ -140,6 +148,7 @@ def test_validate_writes_an_ok_record_with_measured_and_predicted(files, tmp_pat
     assert_all_gone([], d["run_id"])
 
 
+@pytest.mark.slow
 def test_memory_cap_gives_an_oom_record(files, tmp_path, capsys):
     hw, _ = files
     plan = tmp_path / "accum.json"     # accumulation: MemTracker must see two forwards in one step
@@ -147,7 +156,7 @@ def test_memory_cap_gives_an_oom_record(files, tmp_path, capsys):
                            reduce_every_microbatch=False), plan)
     out = tmp_path / "oom.json"
     rc = main(["validate", "--plan", str(plan), "--hw", str(hw), "--warmup", "1", "--iters", "3",
-               "--mem-cap", "100KiB", "--timeout", "180", "-o", str(out)])
+               "--mem-cap", "100KiB", "--timeout", "180", "-o", str(out), "--run-dir", str(tmp_path / "run")])
     assert rc == 3
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("osdp-sim validate: oom:") and "exceeds the cap of 102400 bytes" in err
@@ -159,6 +168,7 @@ def test_memory_cap_gives_an_oom_record(files, tmp_path, capsys):
     assert_all_gone([], d["run_id"])
 
 
+@pytest.mark.slow
 def test_killed_rank_fails_the_run_and_names_it(tmp_path):
     t0 = time.monotonic()
     out = launch(spec(), 2, timeout_s=120, run_dir=str(tmp_path / "run"), echo=None,
@@ -176,6 +186,7 @@ def test_killed_rank_fails_the_run_and_names_it(tmp_path):
     assert load_record(save_record(rec, tmp_path)).data["failure"]["rank"] == 1
 
 
+@pytest.mark.slow
 def test_hung_rank_times_out_and_every_rank_is_stopped(tmp_path):
     timeout_s = 20
     t0 = time.monotonic()
@@ -189,6 +200,7 @@ def test_hung_rank_times_out_and_every_rank_is_stopped(tmp_path):
     assert_all_gone(out.pids, out.run_id)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_stopping_the_launcher_stops_every_rank(tmp_path, sig):
     run_id = f"interrupt-test-{sig.name}-{os.getpid()}"
