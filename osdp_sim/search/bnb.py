@@ -11,7 +11,7 @@ promising configurations supplies that incumbent first. docs/search.md has the a
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -193,7 +193,34 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         found.sort(key=lambda x: (-x[0], x[1], x[2]))
         del found[max(top_k, 1) * 4:]
 
-    # incumbent: beam runs of the same search on the most promising configurations
+    # incumbent: uniform plans (one choice everywhere), then beam runs of the same search, on
+    # the most promising configurations
+    for c in order[:6]:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        nb = len(c.problem.blocks)
+        fins = []
+        for i in range(len(c.problem.choices)):
+            for ck in c.problem.ckpt_options:
+                _path, (t_q, peak_q) = c.engine.path([i] * nb, [i] * nb, [ck] * nb)
+                fins.append(Finished(t_q, peak_q, [i] * nb, [i] * nb, [ck] * nb))
+        add_finished(c, fins, True)
+    # the optimum of the nested space without splits is a plan of this space too
+    if any(k > 1 for k in space.splits) and fitting:
+        left = None if deadline is None else max(0.0, (deadline - time.perf_counter()) / 2)
+        sub = search(spec, hw, mem_limit_bytes, replace(space, splits=(1,)), time_limit_s=left, top_k=top_k)
+        nodes += sub.nodes
+        by_cfg = {c.config: c for c in fitting}
+        for plan, _e in sub.top:
+            c = by_cfg.get(Config(plan.devices, plan.micro_batch, plan.grad_accum, plan.shard_size,
+                                  plan.precision, plan.optimizer, plan.choices["root"].strategy))
+            if c is None:
+                continue
+            idx = {ch: i for i, ch in enumerate(c.problem.choices)}
+            attn = [idx[plan.choices[ka]] for ka, _km in c.problem.keys]
+            mlp = [idx[plan.choices[km]] for _ka, km in c.problem.keys]
+            _p, (t_q, peak_q) = c.engine.path(attn, mlp, list(plan.checkpoint))
+            add_finished(c, [Finished(t_q, peak_q, attn, mlp, list(plan.checkpoint))], True)
     for c in order[:3]:
         if deadline is not None and time.perf_counter() > deadline:
             break

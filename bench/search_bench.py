@@ -1,0 +1,73 @@
+"""Search benchmark: the exact search vs the OSDP knapsack DP on the same instances, and a
+1000-layer synthetic model. Prints one line per measurement; docs/benchmarks.md ("Search") keeps
+the numbers of the last run and the command.
+
+    python bench/search_bench.py [--time-limit 120] [--quick]
+"""
+
+import argparse
+import time
+
+from osdp_sim.hardware.load import load_profile
+from osdp_sim.model.config import ModelConfig
+from osdp_sim.model.families import BUILTIN
+from osdp_sim.model.spec import build_spec
+from osdp_sim.search.bnb import search
+from osdp_sim.search.space import SearchSpace, group_choices
+
+GiB = 2**30
+
+
+def ours(spec, hw, limit, space, time_limit):
+    t = time.perf_counter()
+    r = search(spec, hw, limit, space, time_limit_s=time_limit)
+    dt = time.perf_counter() - t
+    sps = r.estimate.samples_per_s if r.estimate else None
+    mb = r.plan.micro_batch if r.plan else None
+    return (f"ours      {r.status:10s} {dt:8.2f} s  nodes {r.nodes:>10d}  plans {r.leaves:>6d}  "
+            f"configs {r.configs_searched}/{r.configs}  samples/s {sps if sps is None else round(sps, 3)}  "
+            f"mb {mb}  gap {r.gap:.4%}")
+
+
+def knapsack(spec, hw, limit, space):
+    try:
+        from osdp_sim.search.knapsack import osdp_knapsack
+    except ImportError:
+        return "knapsack  (osdp_sim/search/knapsack.py missing: not measured)"
+    t = time.perf_counter()
+    r = osdp_knapsack(spec, hw, limit, space, choices="full")
+    dt = time.perf_counter() - t
+    sps = r.estimate.samples_per_s if r.estimate is not None else None
+    return (f"knapsack  {r.status:10s} {dt:8.2f} s  (DP {r.dp_seconds:.2f} s, {r.estimates} estimate() calls)  "
+            f"samples/s {sps if sps is None else round(sps, 3)}  mb {r.plan.micro_batch if r.plan else None}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--time-limit", type=float, default=120.0)
+    ap.add_argument("--quick", action="store_true", help="skip the knapsack DP and the full space")
+    args = ap.parse_args()
+    hw = load_profile("titan8")
+    spaces = [("splits 1 (3 choices per group)", SearchSpace(splits=(1,)))]
+    if not args.quick:
+        spaces.append(("splits 1,2,4,8 (28 choices per group)", SearchSpace()))
+    for name in ("gpt2-1.5b", "mingpt-48l-1536"):
+        spec = build_spec(BUILTIN[name])
+        for label, space in spaces:
+            head = f"{name} on titan8, 8 GiB, all micro-batches, {label}:"
+            print(head, flush=True)
+            print("  " + ours(spec, hw, 8 * GiB, space, args.time_limit), flush=True)
+            if not args.quick:
+                print("  " + knapsack(spec, hw, 8 * GiB, space), flush=True)
+    cfg = ModelConfig(name="synthetic-1000", family="gpt2", n_layers=1000, hidden=256, n_heads=4,
+                      vocab_size=8192, seq_len=256)
+    spec = build_spec(cfg)
+    space = SearchSpace(splits=(1, 2), micro_batches=(1,))
+    n = len(group_choices(space))
+    print(f"synthetic 1000 layers (hidden 256) on titan8, 4 GiB, micro-batch 1, {n} choices per group "
+          f"({2 * n} per MLP decision with checkpointing):", flush=True)
+    print("  " + ours(spec, hw, 4 * GiB, space, args.time_limit), flush=True)
+
+
+if __name__ == "__main__":
+    main()
