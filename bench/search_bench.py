@@ -2,7 +2,7 @@
 1000-layer synthetic model. Prints one line per measurement; docs/benchmarks.md ("Search") keeps
 the numbers of the last run and the command.
 
-    python bench/search_bench.py [--time-limit 120] [--quick]
+    python bench/search_bench.py [--time-limit 120] [--full] [--quick]
 """
 
 import argparse
@@ -45,11 +45,12 @@ def knapsack(spec, hw, limit, space):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--time-limit", type=float, default=120.0)
-    ap.add_argument("--quick", action="store_true", help="skip the knapsack DP and the full space")
+    ap.add_argument("--full", action="store_true", help="also the 28-choice space (slow: see docs)")
+    ap.add_argument("--quick", action="store_true", help="skip the knapsack DP")
     args = ap.parse_args()
     hw = load_profile("titan8")
     spaces = [("splits 1 (3 choices per group)", SearchSpace(splits=(1,)))]
-    if not args.quick:
+    if args.full:
         spaces.append(("splits 1,2,4,8 (28 choices per group)", SearchSpace()))
     for name in ("gpt2-1.5b", "mingpt-48l-1536"):
         spec = build_spec(BUILTIN[name])

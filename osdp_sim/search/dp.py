@@ -79,6 +79,7 @@ class Engine:
         self.key_info: list[tuple] = []             # id -> (base key, deferred option or None)
         self.trans: dict = {}
         self.tables: dict = {}
+        self.single: dict = {}
         self.kconst: dict = {}
         self.stats_transitions = 0
         nchoice = len(pb.choices)
@@ -245,10 +246,13 @@ class Engine:
             out.append((g, L, kid))
             code = {"mlp": lambda: mlp[bi] + (nch if ckpt[bi] else 0), "attn": lambda: attn[bi],
                     "embed": lambda: 0}[kind]()
-            codes, nks, ds = self.table(kid, g)
-            r = int(np.flatnonzero(codes == code)[0])
-            L = update(L, ds[r:r + 1], pb.m)
-            kid = int(nks[r])
+            tk = (kid, g, code)
+            hit = self.single.get(tk)
+            if hit is None:
+                nk, d = self._stage(kid, g, code)
+                hit = self.single[tk] = (nk, np.array([d], dtype=np.int64))
+            L = update(L, hit[1], pb.m)
+            kid = hit[0]
         return out, (int(L[0, 0]), int(max(L[0, 1], L[0, 3] + L[0, 4])))
 
     def _open_bound(self, g, L, K, pq_max) -> float:
