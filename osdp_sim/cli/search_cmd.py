@@ -8,6 +8,11 @@ from osdp_sim.cli.common import add_hw_args, add_model_args, load_hw, load_spec,
 from osdp_sim.errors import UserError
 from osdp_sim.units import format_bytes, parse_bytes
 
+# On communication-bound rigs (PCIe) the exact search can take minutes on 48-layer models with
+# the full space (docs/search.md, "Performance and known limits"): by default stop and report the
+# proven gap rather than leave the user waiting.
+DEFAULT_TIME_LIMIT_S = 60.0
+
 HELP = "find the plan of highest throughput within a memory limit (exact branch-and-bound)"
 
 
@@ -35,8 +40,9 @@ def add_arguments(p) -> None:
     add_space_arguments(p)
     p.add_argument("--mem-limit", required=True, metavar="SIZE",
                    help="peak memory limit per device, e.g. 8GiB, 16GB, 12000MiB")
-    p.add_argument("--time-limit", type=float, metavar="S",
-                   help="stop the search after S seconds and report the best plan so far with its gap")
+    p.add_argument("--time-limit", type=float, metavar="S", default=DEFAULT_TIME_LIMIT_S,
+                   help="stop the search after S seconds and report the best plan so far with its proven "
+                        f"gap (default {DEFAULT_TIME_LIMIT_S:g}; 0 = run until optimal)")
     p.add_argument("--top-k", type=positive_int, default=1, metavar="K", help="also list the K best plans")
     p.add_argument("-o", "--output", metavar="PLAN.json",
                    help="write the plan file (read by osdp-sim estimate --plan and osdp-sim validate)")
@@ -117,8 +123,10 @@ def run(args) -> int:
     from osdp_sim.search.report import explain, format_report, result_to_json
 
     limit = parse_bytes(args.mem_limit, field="--mem-limit")
-    if args.time_limit is not None and args.time_limit <= 0:
-        raise UserError(f"expected a positive number of seconds, got {args.time_limit}", field="--time-limit")
+    if args.time_limit is not None and args.time_limit < 0:
+        raise UserError(f"expected a number of seconds >= 0, got {args.time_limit}", field="--time-limit")
+    if args.time_limit == 0:
+        args.time_limit = None
     hw = load_hw(args)
     spec = load_spec(args)
     space = build_space(args, spec, hw)
