@@ -17,7 +17,7 @@ from osdp_sim.hardware.dump import profile_to_dict, save_profile
 from osdp_sim.hardware.load import load_profile, profile_from_dict, shipped_profiles
 
 GiB = 2**30
-SHIPPED = ("a100-2x8", "a100x8", "h100x8", "titan8")
+SHIPPED = ("a100-2x8", "a100x8", "cpu-2core", "h100x8", "titan8")
 
 
 def base_dict() -> dict:
@@ -53,7 +53,7 @@ def two_nodes(d: dict) -> dict:
 
 def test_every_shipped_profile_loads_and_round_trips():
     names = sorted(p.stem for p in shipped_profiles())
-    assert names == sorted(SHIPPED)
+    assert set(SHIPPED) <= set(names)         # measured and calibrated profiles may join them
     for path in shipped_profiles():
         hw = load_profile(path)
         assert hw.name == path.stem
