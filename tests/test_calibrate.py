@@ -89,7 +89,7 @@ def synthetic_runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fitted(synthetic_runs):
-    return fit(BASE, synthetic_runs[1])
+    return fit(BASE, synthetic_runs[1], starts=2)
 
 
 # ---------------------------------------------------------------- fitting
@@ -110,8 +110,8 @@ def test_fit_recovers_the_coefficients_that_generated_the_runs(fitted):
 
 def test_leave_one_plan_out_predicts_unseen_plans_and_holds_repeats_out_together(synthetic_runs):
     runs = [r for r in synthetic_runs[1] if r.model_name == "gpt2-tiny"]     # 10 runs: keep it fast
-    full = fit(BASE, runs)
-    loo = leave_one_out(full, BASE, progress=None)
+    full = fit(BASE, runs, starts=1)
+    loo = leave_one_out(full, BASE, progress=None, loo_starts=1)
     assert len(runs) == 10 and loo.folds == 8   # the three repeats of one plan are one fold
     t = analysis.summarize(analysis.time_errors(runs, loo.predictions))
     m = analysis.summarize(analysis.memory_errors(runs, loo.predictions))
@@ -213,7 +213,7 @@ def test_calibrate_command_writes_profile_report_and_plot(tmp_path, synthetic_ru
     save_profile(BASE, hw_path)
     out, report, plot = tmp_path / "cal.yaml", tmp_path / "report.md", tmp_path / "cal.png"
     rc = main(["calibrate", "--hw", str(hw_path), "--records", str(folder), "-o", str(out),
-               "--report", str(report), "--plot", str(plot), "--no-loo"])
+               "--report", str(report), "--plot", str(plot), "--no-loo", "--starts", "2"])
     assert rc == 0
     cal = load_profile(out)
     assert cal.name == "synthetic-calibrated"
@@ -229,7 +229,7 @@ def test_calibrate_command_writes_profile_report_and_plot(tmp_path, synthetic_ru
     assert plot.stat().st_size > 10_000
     # A calibrated profile accepts the records of its base profile and recalibrates to the same place.
     rc = main(["calibrate", "--hw", str(out), "--records", str(folder), "-o", str(tmp_path / "again.yaml"),
-               "--no-loo"])
+               "--no-loo", "--starts", "2"])
     assert rc == 0
     again = load_profile(tmp_path / "again.yaml")
     assert again.name == "synthetic-calibrated"

@@ -57,10 +57,10 @@ class Calibration:
 
 def calibrate(profile: HardwareProfile, runs, *, excluded=(), eval_runs=(), loss: str = "soft_l1",
               params=None, loo: bool = True, limits=(), command: str = "", record_dirs=(),
-              name: str | None = None, progress=sys.stderr) -> Calibration:
+              name: str | None = None, progress=sys.stderr, starts: int = 8) -> Calibration:
     if progress:
         print(f"osdp-sim calibrate: fitting {len(runs)} runs", file=progress, flush=True)
-    result = fit(profile, runs, loss=loss, params=params)
+    result = fit(profile, runs, loss=loss, params=params, starts=starts)
     loo_result = leave_one_out(result, profile, progress=progress) if loo else None
     date = datetime.now(timezone.utc).isoformat(timespec="seconds")
     eval_runs = tuple(eval_runs)
@@ -75,7 +75,7 @@ def calibrate(profile: HardwareProfile, runs, *, excluded=(), eval_runs=(), loss
     desc = (f"{profile.description} -- calibrated on {len(runs)} runs"
             if profile.description else f"calibrated on {len(runs)} runs")
     calibrated = replace(result.profile, name=new_name, description=desc, source="",
-                         provenance=provenance(cal, base[0]))
+                         provenance=provenance(cal, base[0], starts))
     return replace(cal, result=replace(result, profile=calibrated))
 
 
@@ -106,7 +106,7 @@ def error_block(cal: Calibration, kind: str) -> dict:
     return out
 
 
-def provenance(cal: Calibration, base_name: str) -> dict:
+def provenance(cal: Calibration, base_name: str, starts: int = 8) -> dict:
     """What the calibrated profile was fitted on, kept in its provenance. The profile's previous
     provenance (how it was measured) stays beside it under its own keys."""
     r = cal.result
@@ -124,7 +124,7 @@ def provenance(cal: Calibration, base_name: str) -> dict:
         "method": (f"scipy least_squares (trf, loss {r.loss}); residuals log(pred/meas) over sigma "
                    f"{r.sigma_time_log} (iteration time, median of timed steps) and "
                    f"{r.sigma_memory_log} (peak memory), plus one prior residual per coefficient "
-                   "toward its measured value; time coefficients first, then memory"),
+                   f"toward its measured value; time coefficients first ({starts} starts), then memory"),
         "coefficients": {p.name: {"before": r.prior[p.name], "after": r.fitted[p.name],
                                   "prior_sigma": p.sigma, "prior_in": "log" if p.log else "natural units",
                                   "bounds": [p.lo, p.hi]} for p in r.params},

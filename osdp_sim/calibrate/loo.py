@@ -26,9 +26,10 @@ def plan_groups(runs) -> list[list[int]]:
     return list(groups.values())
 
 
-def leave_one_out(full: FitResult, base_profile, *, progress=sys.stderr) -> LooResult:
-    """Refit without each plan in turn (warm-started from the full fit; the prior stays on the
-    measured values) and predict the left-out runs. A fold that would leave no run to fit on
+def leave_one_out(full: FitResult, base_profile, *, progress=sys.stderr, loo_starts: int = 2) -> LooResult:
+    """Refit without each plan in turn (started from the full fit and from one point drawn from
+    the prior, `loo_starts` in all; the prior stays on the measured values) and predict the
+    left-out runs. A fold that would leave no run to fit on
     predicts with the uncalibrated profile."""
     runs = list(full.runs)
     groups = plan_groups(runs)
@@ -41,7 +42,8 @@ def leave_one_out(full: FitResult, base_profile, *, progress=sys.stderr) -> LooR
         keep = [r for i, r in enumerate(runs) if i not in set(held)]
         if keep:
             f = fit(base_profile, keep, loss=full.loss, params=full.params, start=full.fitted,
-                    sigma_time_log=full.sigma_time_log, sigma_memory_log=full.sigma_memory_log)
+                    sigma_time_log=full.sigma_time_log, sigma_memory_log=full.sigma_memory_log,
+                    starts=loo_starts)
             values = f.fitted
         else:
             values = {p.name: full.prior[p.name] for p in full.params}

@@ -24,12 +24,14 @@ def add_arguments(p) -> None:
     p.add_argument("--params", nargs="+", metavar="NAME",
                    help="fit only these coefficients (default: all of calibrate/params.py's set)")
     p.add_argument("--free", nargs="+", default=[], metavar="NAME",
-                   help="also fit these: compute.bandwidth_efficiency, compute.backward_forward_ratio, "
-                        "compute.kernel_launch_s")
+                   help="also fit these: compute.bandwidth_efficiency, compute.backward_forward_ratio")
     p.add_argument("--mem-limit", nargs="+", default=[], metavar="SIZE",
                    help="memory limits for the search-pick check (default: two per model, between the "
                         "smallest and largest measured peak)")
     p.add_argument("--no-loo", action="store_true", help="skip leave-one-out (faster, less honest)")
+    p.add_argument("--starts", type=int, default=8, metavar="N",
+                   help="fit the time coefficients from N starting points (the prior and N-1 drawn from "
+                        "it, fixed seed) and keep the best; default 8")
 
 
 def run(args) -> int:
@@ -58,7 +60,7 @@ def run(args) -> int:
         if len(sys.argv) > 1 and sys.argv[1] == "calibrate" else ""
     cal = calibrate(profile, runs, excluded=excluded, eval_runs=eval_runs, loss=args.loss, params=params,
                     loo=not args.no_loo, limits=limits, command=command, record_dirs=args.records,
-                    name=args.name)
+                    name=args.name, starts=max(1, args.starts))
     out = Path(args.output)
     save_profile(cal.result.profile, out,
                  header_comment=f"Calibrated by osdp-sim calibrate on {len(runs)} runs ({cal.date}).\n"
