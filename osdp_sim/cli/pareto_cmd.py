@@ -36,7 +36,7 @@ def run(args) -> int:
     space = build_space(args, spec, hw)
 
     progress(f"computing the Pareto front of {spec.name} on {hw.device.count} x {hw.device.name} ...")
-    res = pareto_front(spec, hw, space)
+    res = pareto_front(spec, hw, space, progress=True)
     progress(f"front of {len(res.front)} plans from {len(res.evaluated):,} evaluated in {res.seconds:.2f} s")
     uniform = {}
     for s in UNIFORM:

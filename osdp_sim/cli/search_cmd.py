@@ -133,7 +133,7 @@ def run(args) -> int:
 
     progress(f"searching {spec.name} on {hw.device.count} x {hw.device.name} within {format_bytes(limit)}: "
              f"{describe_space(space, hw)} ...")
-    result = search(spec, hw, limit, space, time_limit_s=args.time_limit, top_k=args.top_k)
+    result = search(spec, hw, limit, space, time_limit_s=args.time_limit, top_k=args.top_k, progress=True)
     if result.status == "infeasible" or result.plan is None:
         msg = infeasible_message(spec, hw, limit, space, result, args)
         if args.json:

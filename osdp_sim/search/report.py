@@ -8,7 +8,7 @@ from osdp_sim.costmodel import Estimate, estimate
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan import GroupChoice, Plan, plan_to_dict
-from osdp_sim.units import GiB, format_bytes, format_seconds
+from osdp_sim.units import format_bytes, format_seconds
 
 BASELINE_ORDER = ("ddp", "zero2", "zero3", "osdp_knapsack")
 BASELINE_TITLES = {"ddp": "uniform DDP", "zero2": "uniform ZeRO-2", "zero3": "uniform ZeRO-3 (FSDP)",
@@ -91,25 +91,36 @@ def uniform_zero3_like(plan: Plan) -> Plan:
 
 
 def explain(spec: ModelSpec, hw: HardwareProfile, plan: Plan, est: Estimate, baselines: dict) -> str:
-    """One or two sentences: what the plan shards and replicates, what that buys over uniform
-    ZeRO-3 at the same batch, and the speedup over the best uniform ZeRO-3 that fits."""
+    """Two or three sentences: what the plan shards, replicates and splits; what that changes
+    against uniform ZeRO-3 at the same batch and checkpointing (all-gather time, exposed
+    communication, step time, peak memory); the speedup over the best uniform ZeRO-3 that fits."""
     n_groups = 2 * plan.model.n_layers
     kept = _unsharded_groups(plan)
-    what = (f"The plan keeps the parameters of {kept} of {n_groups} block groups (wholly or in part) "
-            f"gathered from forward to backward with ZeRO-2 or DDP instead of re-sharding them, and "
-            f"shards the rest with ZeRO-3 ({composition(plan)}; root "
-            f"{describe_choice(plan.choices['root'])})") if kept else \
-        f"The plan shards every block group with ZeRO-3 ({composition(plan)}; root " \
-        f"{describe_choice(plan.choices['root'])})"
+    split = sum(1 for k, c in plan.choices.items() if k != "root" and c.is_split)
+    root = describe_choice(plan.choices["root"])
+    parts = []
+    if kept:
+        parts.append(f"keeps the parameters of {kept} of {n_groups} block groups (wholly or in part) "
+                     f"from forward to backward with ZeRO-2 or DDP instead of re-sharding them")
+    if split:
+        parts.append(f"splits {split} groups into slices that are gathered one at a time")
+    what = ("The plan " + _join(parts) + ", and shards the rest with ZeRO-3") if parts else \
+        "The plan shards every block group with ZeRO-3"
+    what += f" ({composition(plan)}; root {root})."
     z3 = estimate(spec, hw, uniform_zero3_like(plan))
     tb, zb = est.time_breakdown, z3.time_breakdown
-    sentence = (f"{what}; against uniform ZeRO-3 at the same batch and checkpointing this cuts "
-                f"all-gather time from {format_seconds(zb['all_gather_s'])} to "
-                f"{format_seconds(tb['all_gather_s'])} per step (exposed communication "
-                f"{format_seconds(zb['exposed_communication_s'])} -> "
-                f"{format_seconds(tb['exposed_communication_s'])}) and the step from "
-                f"{format_seconds(z3.iteration_time_s)} to {format_seconds(est.iteration_time_s)}, "
-                f"for {_signed_gib(est.peak_memory_bytes - z3.peak_memory_bytes)} of peak memory "
+    ck = sum(plan.checkpoint)
+    changes = [_change("all-gather time per step", zb["all_gather_s"], tb["all_gather_s"], format_seconds),
+               _change("exposed communication", zb["exposed_communication_s"], tb["exposed_communication_s"],
+                       format_seconds),
+               _change("the step", z3.iteration_time_s, est.iteration_time_s, format_seconds)]
+    if split:
+        changes.append(_change("the gathered parameters live at the memory peak",
+                               z3.memory_breakdown.get("gathered_params", 0.0),
+                               est.memory_breakdown.get("gathered_params", 0.0), format_bytes))
+    sentence = (f"{what} Against uniform ZeRO-3 at the same batch (micro-batch {plan.micro_batch} x "
+                f"{plan.grad_accum}, {ck} of {len(plan.checkpoint)} blocks checkpointed) it {_join(changes)}, "
+                f"at {_signed_bytes(est.peak_memory_bytes - z3.peak_memory_bytes)} of peak memory "
                 f"({format_bytes(z3.peak_memory_bytes)} -> {format_bytes(est.peak_memory_bytes)}).")
     b = baselines.get("zero3")
     if b is not None and b.feasible:
@@ -121,8 +132,15 @@ def explain(spec: ModelSpec, hw: HardwareProfile, plan: Plan, est: Estimate, bas
     return sentence
 
 
-def _signed_gib(delta_bytes: float) -> str:
-    return f"{'+' if delta_bytes >= 0 else '-'}{abs(delta_bytes) / GiB:.2f} GiB"
+def _change(what: str, before: float, after: float, fmt) -> str:
+    if abs(after - before) <= 1e-9 * max(abs(before), 1e-30):
+        return f"leaves {what} at {fmt(after)}"
+    verb = "cuts" if after < before else "raises"
+    return f"{verb} {what} from {fmt(before)} to {fmt(after)}"
+
+
+def _signed_bytes(delta_bytes: float) -> str:
+    return ("+" if delta_bytes >= 0 else "-") + format_bytes(abs(delta_bytes))
 
 
 def _join(parts: list[str]) -> str:

@@ -1,0 +1,100 @@
+"""`osdp-sim search`: the report, the JSON object, the plan file, and one-line failures."""
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from osdp_sim.cli.main import main
+from osdp_sim.costmodel import estimate
+from osdp_sim.hardware.load import load_profile
+from osdp_sim.model.load import load_model
+from osdp_sim.plan import load_plan, plan_from_dict
+
+TINY = ["search", "--hw", "titan8", "--model", "gpt2-tiny", "--splits", "1,2", "--micro-batch", "1,2,4,8"]
+
+
+def run(argv, capsys):
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def json_run(tmp_path_factory):
+    """One search shared by the JSON and plan-file tests."""
+    path = tmp_path_factory.mktemp("search") / "plan.json"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        rc = main(TINY + ["--mem-limit", "400MiB", "--json", "--top-k", "2", "-o", str(path)])
+    return rc, json.loads(buf.getvalue()), path
+
+
+def test_json_has_plan_prediction_baselines_and_certificate(json_run):
+    rc, d, _ = json_run
+    assert rc == 0
+    for key in ("peak_memory_bytes", "iteration_time_s", "samples_per_s"):
+        assert isinstance(d["predicted"][key], float)
+    assert d["predicted"]["peak_memory_bytes"] <= 400 * 2**20
+    for name in ("ddp", "zero2", "zero3", "osdp_knapsack"):
+        assert {"feasible", "samples_per_s", "peak_memory_bytes"} <= set(d["baselines"][name])
+    assert {"seconds", "nodes", "optimal"} <= set(d["search"])
+    assert d["search"]["optimal"] is True
+    plan = plan_from_dict(d["plan"])
+    est = estimate(load_model("gpt2-tiny"), load_profile("titan8"), plan)
+    assert est.samples_per_s == pytest.approx(d["predicted"]["samples_per_s"], rel=1e-12)
+
+
+def test_plan_file_is_the_reported_plan(json_run, capsys):
+    _, d, path = json_run
+    plan = load_plan(path)
+    assert plan == plan_from_dict(d["plan"])
+    assert plan.notes["predicted"]["samples_per_s"] == d["predicted"]["samples_per_s"]
+    # ... and `osdp-sim estimate --plan` reads it back to the same prediction.
+    rc, out, _ = run(["estimate", "--hw", "titan8", "--plan", str(path), "--json"], capsys)
+    assert rc == 0 and json.loads(out)["samples_per_s"] == pytest.approx(d["predicted"]["samples_per_s"])
+
+
+def test_report_printed(capsys):
+    rc, out, err = run(TINY[:-2] + ["--mem-limit", "1GiB", "--no-checkpoint", "--micro-batch", "2"], capsys)
+    assert rc == 0
+    for needle in ("plan\n", "micro-batch 2 x 1 accumulation", "checkpointing: 0 of 4 blocks",
+                   "peak memory", "baselines", "certificate", "why"):
+        assert needle in out
+    assert "searching gpt2-tiny" in err
+
+
+def test_nothing_fits_exits_2_with_the_least_memory_and_what_would_fit():
+    # The real entry point in a subprocess: no traceback may reach the user.
+    p = subprocess.run([sys.executable, "-m", "osdp_sim.cli.main"] + TINY[:-2] + ["--mem-limit", "20MiB",
+                        "--no-checkpoint", "--micro-batch", "4"], capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr
+    # progress lines ("osdp-sim: ...", "search: ...") may precede the one error line
+    msg = [line for line in p.stderr.splitlines() if line.startswith("osdp-sim search: ")]
+    assert len(msg) == 1
+    assert "no plan of gpt2-tiny fits 20.00 MiB per device on 8 devices" in msg[0]
+    assert "the least peak memory any plan in the space reaches is" in msg[0]
+    assert "allowing checkpointing" in msg[0] and "micro-batch 1" in msg[0] and "16 devices" in msg[0]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--mem-limit", "8 parsecs"], "--mem-limit: unknown size unit"),
+    (["--mem-limit", "lots"], "--mem-limit: expected a size such as 8GiB"),
+    (["--mem-limit", "1GiB", "--strategies", "ddp,zero4"], "--strategies: unknown value 'zero4'"),
+    (["--mem-limit", "1GiB", "--splits", "1,3"], "--splits: unknown value '3'"),
+    (["--mem-limit", "1GiB", "--shard-group", "3"], "--shard-group: 3 must divide the device count 8"),
+    (["--mem-limit", "1GiB", "--micro-batch", "2,0"], "--micro-batch: '0' is not a positive whole number"),
+])
+def test_bad_input_is_one_line_exit_2(extra, needle, capsys):
+    rc, out, err = run(TINY + extra, capsys)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and needle in err
+
+
+def test_unknown_model_is_one_line_exit_2(capsys):
+    rc, _, err = run(["search", "--hw", "titan8", "--model", "gpt5", "--mem-limit", "8GiB"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "unknown model 'gpt5'" in err
