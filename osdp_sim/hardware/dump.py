@@ -6,12 +6,12 @@ they differ from their defaults.
 """
 
 import os
-import tempfile
 from pathlib import Path
 
 import yaml
 
 from osdp_sim.hardware.load import GBPS, SCHEMA, TFLOPS, US, VERSION, GiB, MiB
+from osdp_sim.fileio import write_text_atomic
 from osdp_sim.hardware.profile import COLLECTIVE_OPS, CollectiveSpec, HardwareProfile, LinkSpec
 
 
@@ -53,20 +53,7 @@ def save_profile(profile: HardwareProfile, path: str | os.PathLike, header_comme
     header = "".join(f"# {line}".rstrip() + "\n" for line in header_comment.splitlines())
     body = yaml.safe_dump(profile_to_dict(profile), sort_keys=False, default_flow_style=None,
                           width=100, allow_unicode=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(header + body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_text_atomic(path, header + body)
 
 
 def _collectives(k: CollectiveSpec) -> dict:

@@ -2,10 +2,9 @@
 
 import json
 import os
-import tempfile
-from pathlib import Path
 
 from osdp_sim.errors import UserError
+from osdp_sim.fileio import read_json, write_text_atomic
 from osdp_sim.model.load import config_from_dict
 from osdp_sim.model.spec import build_spec
 from osdp_sim.plan.plan import OPTIMIZERS, PRECISIONS, SPLITS, STRATEGIES, GroupChoice, Plan
@@ -144,35 +143,9 @@ def save_plan(plan: Plan, path: str | os.PathLike) -> None:
 
 
 def load_plan(path: str | os.PathLike) -> Plan:
-    src = str(path)
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise UserError("plan file not found", source=src) from None
-    except OSError as e:
-        raise UserError(f"cannot read plan file ({e.strerror})", source=src) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"not valid JSON (line {e.lineno}: {e.msg})", source=src) from None
-    return plan_from_dict(data, source=src)
+    return plan_from_dict(read_json(path, "plan"), source=str(path))
 
 
 def write_json_atomic(path: str | os.PathLike, data) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename: never half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """JSON written atomically (temporary file, fsync, rename): never half a file."""
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")

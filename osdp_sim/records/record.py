@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from osdp_sim.errors import UserError
+from osdp_sim.fileio import read_json
 from osdp_sim.model.config import ModelConfig
 from osdp_sim.plan import Plan, plan_from_dict, plan_to_dict, write_json_atomic
 
@@ -199,17 +200,7 @@ def save_record_as(record: dict, path: str | os.PathLike) -> Path:
 
 def load_record(path: str | os.PathLike) -> Record:
     src = str(path)
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise UserError("record file not found", source=src) from None
-    except OSError as e:
-        raise UserError(f"cannot read record file ({e.strerror})", source=src) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"not valid JSON (line {e.lineno}: {e.msg}); a partly written record?",
-                        source=src) from None
+    data = read_json(path, "record", "; a partly written record?")
     return record_from_dict(data, source=src)
 
 
