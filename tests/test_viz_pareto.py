@@ -47,8 +47,8 @@ def test_plot_and_csv_written(tmp_path):
 
 def test_pareto_command_writes_png_svg_and_a_sorted_non_dominated_front(tmp_path, capsys):
     png = tmp_path / "plots" / "tiny.png"
-    rc = main(["pareto", "--hw", "titan8", "--model", "gpt2-tiny", "--splits", "1,2", "--micro-batch", "1,2,4",
-               "--mem-limit", "300MiB", "--mem-limit", "1GiB", "-o", str(png)])
+    rc = main(["pareto", "--hw", "titan8", "--model", "gpt2-tiny", "--no-split", "--micro-batch", "1,2,4",
+               "--mem-limit", "60MiB", "--mem-limit", "120MiB", "-o", str(png)])
     assert rc == 0
     assert png.exists() and png.with_suffix(".svg").exists()
     rows = list(csv.DictReader(png.with_suffix(".csv").open()))
@@ -57,4 +57,13 @@ def test_pareto_command_writes_png_svg_and_a_sorted_non_dominated_front(tmp_path
     sps = [float(r["samples_per_s"]) for r in rows]
     assert peaks == sorted(peaks) and all(b > a for a, b in zip(sps, sps[1:]))
     out = capsys.readouterr().out
-    assert "within 1.00 GiB:" in out and "Pareto front of gpt2-tiny on 8 x NVIDIA TITAN RTX" in out
+    assert "within 120.00 MiB:" in out and "Pareto front of gpt2-tiny on 8 x NVIDIA TITAN RTX" in out
+    # The sweep (exact search() calls, each just below the last optimum's peak) finds the same front.
+    sweep = tmp_path / "sweep.png"
+    rc = main(["pareto", "--hw", "titan8", "--model", "gpt2-tiny", "--no-split", "--micro-batch", "1,2,4",
+               "--mem-limit", "60MiB", "--mem-limit", "120MiB", "--method", "sweep", "--resolution", "0",
+               "-o", str(sweep)])
+    assert rc == 0
+    rows_sweep = list(csv.DictReader(sweep.with_suffix(".csv").open()))
+    assert [(r["peak_memory_bytes"], r["samples_per_s"]) for r in rows_sweep] == \
+        [(r["peak_memory_bytes"], r["samples_per_s"]) for r in rows]

@@ -19,6 +19,15 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--output", required=True, metavar="PLOT.png",
                    help="the PNG to write; the SVG goes beside it with the same stem")
     p.add_argument("--csv", metavar="FRONT.csv", help="where to write the front (default: the PNG's stem .csv)")
+    p.add_argument("--method", choices=("front", "sweep"), default="front",
+                   help="front: one pareto_front() pass (exact; slow beyond ~16 blocks); sweep: exact "
+                        "search() calls from --mem-max down, each just below the previous optimum's peak")
+    p.add_argument("--mem-max", metavar="SIZE", help="upper end of the memory axis searched "
+                   "(default: the device's usable memory)")
+    p.add_argument("--resolution", metavar="SIZE", default="64MiB",
+                   help="sweep: step at least this much below the previous limit; front points closer "
+                        "together than this may be skipped (default 64MiB; 0 visits every front point)")
+    p.add_argument("--time-limit", type=float, metavar="S", help="sweep: time limit of each search() call")
 
 
 def run(args) -> int:
@@ -35,18 +44,27 @@ def run(args) -> int:
     spec = load_spec(args)
     space = build_space(args, spec, hw)
 
-    progress(f"computing the Pareto front of {spec.name} on {hw.device.count} x {hw.device.name} ...")
-    res = pareto_front(spec, hw, space, progress=True)
-    progress(f"front of {len(res.front)} plans from {len(res.evaluated):,} evaluated in {res.seconds:.2f} s")
+    hi = parse_bytes(args.mem_max, field="--mem-max") if args.mem_max else float(hw.device.usable_memory_bytes)
+    progress(f"computing the Pareto front of {spec.name} on {hw.device.count} x {hw.device.name} "
+             f"up to {format_bytes(hi)} ({args.method}) ...")
+    if args.method == "front":
+        res = pareto_front(spec, hw, space, mem_range=(0.0, hi), progress=True)
+        proven = True
+    else:
+        res, proven = sweep_front(spec, hw, space, hi, limits, args)
+    progress(f"front of {len(res.front)} plans from {len(res.evaluated):,} evaluated in {res.seconds:.2f} s"
+             + ("" if proven else "; some searches hit the time limit (points are best found, not proven)"))
     uniform = {}
     for s in UNIFORM:
         if s in space.strategies:
-            uniform[s] = [(e.peak_memory_bytes, e.samples_per_s) for _, e in uniform_candidates(spec, hw, space, s)]
+            uniform[s] = [(e.peak_memory_bytes, e.samples_per_s)
+                          for _, e in uniform_candidates(spec, hw, space, s, hi)]
 
     title = f"{spec.name} on {hw.name}: {hw.device.count} x {hw.device.name}"
     subtitle = describe_space(space, hw)
     paths = plot_pareto(out, front=res.front, evaluated=res.evaluated, uniform=uniform, limits=limits,
-                        title=title, subtitle=subtitle, device_memory_bytes=hw.device.usable_memory_bytes)
+                        title=title, subtitle=subtitle, device_memory_bytes=hw.device.usable_memory_bytes,
+                        x_max_bytes=max([hi] + limits))
     csv_path = write_front_csv(args.csv or out.with_suffix(".csv"), res.front, plan_oneline)
     front = non_dominated(res.front)
     print(f"Pareto front of {spec.name} on {hw.device.count} x {hw.device.name}: {len(front)} plans, "
@@ -62,8 +80,48 @@ def run(args) -> int:
             print(f"  within {format_bytes(lim)}: {best[1]:.2f} samples/s at {format_bytes(best[0])}: "
                   f"{plan_oneline(best[2])}")
     for name, pts in uniform.items():
+        pts = [p for p in pts if p[0] <= hi]
         if pts:
             top = max(pts, key=lambda p: p[1])
-            print(f"  uniform {name}: best {top[1]:.2f} samples/s at {format_bytes(top[0])} (no limit)")
+            print(f"  uniform {name}: best {top[1]:.2f} samples/s at {format_bytes(top[0])} "
+                  f"(within {format_bytes(hi)})")
     print("wrote " + ", ".join(str(p) for p in paths + [csv_path]), file=sys.stderr)
     return 0
+
+
+def sweep_front(spec, hw, space, hi_bytes: float, limits: list, args):
+    """The front by the epsilon-constraint method: search() at hi, then just below the peak of
+    the plan it returned, and so on until nothing fits. Each call's optimum is a front point (the
+    best plan using at most that much memory), so with resolution 0 the sweep visits every front
+    point; each limit in `limits` is searched too, so the plan marked for it is exact."""
+    import time
+
+    from osdp_sim.search.bnb import ParetoResult, search
+    resolution = 0 if args.resolution.strip() in ("0", "0B") else parse_bytes(args.resolution, field="--resolution")
+    t0 = time.perf_counter()
+    pts, evaluated, nodes, proven = [], [], 0, True
+
+    def one(limit: float):
+        nonlocal nodes, proven
+        r = search(spec, hw, limit, space, time_limit_s=args.time_limit)
+        evaluated.extend(r.evaluated)
+        nodes += r.nodes
+        if r.plan is None:
+            proven &= r.status == "infeasible"
+            return None
+        proven &= r.status == "optimal"
+        pts.append((r.estimate.peak_memory_bytes, r.estimate.samples_per_s, r.plan))
+        return r.estimate.peak_memory_bytes
+
+    for lim in limits:
+        one(lim)
+    limit, calls = hi_bytes, 0
+    while True:
+        peak = one(limit)
+        calls += 1
+        if peak is None:
+            break
+        progress(f"sweep {calls}: within {format_bytes(limit)}: {pts[-1][1]:.2f} samples/s at {format_bytes(peak)}")
+        limit = min(peak - 1.0, limit - resolution)
+    from osdp_sim.viz.pareto import non_dominated
+    return ParetoResult(non_dominated(pts), evaluated, time.perf_counter() - t0, nodes), proven

@@ -47,24 +47,27 @@ def write_front_csv(path, front: list, summarize=None) -> Path:
 
 
 def plot_pareto(path, *, front: list, evaluated: list, uniform: dict, limits: list, title: str,
-                subtitle: str = "", device_memory_bytes: float | None = None) -> list[Path]:
+                subtitle: str = "", device_memory_bytes: float | None = None,
+                x_max_bytes: float | None = None) -> list[Path]:
     """front: (peak_bytes, samples_per_s, plan); evaluated: (peak_bytes, samples_per_s);
     uniform: strategy -> [(peak_bytes, samples_per_s)] of its uniform plans; limits: bytes;
-    device_memory_bytes: shade what exceeds the device. Writes `path` (PNG) and the SVG beside
-    it; returns both paths."""
+    device_memory_bytes: shade what exceeds the device; x_max_bytes: right end of the memory axis
+    (points beyond are not drawn). Writes `path` (PNG) and the SVG beside it; returns both paths."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(9, 5.6))
+    front = non_dominated(front)
+    all_x = [p[0] / GiB for p in front] + [lim / GiB for lim in limits]
+    for pts in uniform.values():
+        all_x += [p[0] / GiB for p in pts]
+    x_right = (x_max_bytes / GiB if x_max_bytes else max(all_x, default=1.0)) * 1.05
+    evaluated = [p for p in evaluated if p[0] / GiB <= x_right]
+    uniform = {k: [p for p in v if p[0] / GiB <= x_right] for k, v in uniform.items()}
     if evaluated:
         xs = [p[0] / GiB for p in evaluated]
         ys = [p[1] for p in evaluated]
         ax.scatter(xs, ys, s=4, color="#999999", alpha=0.25, linewidths=0, rasterized=True,
                    label=f"evaluated plans ({len(evaluated):,})", zorder=1)
-    front = non_dominated(front)
-    all_x = [p[0] / GiB for p in front] + [lim / GiB for lim in limits]
-    for pts in uniform.values():
-        all_x += [p[0] / GiB for p in pts]
-    x_right = max(all_x, default=1.0) * 1.05
     if front:
         fx = [p[0] / GiB for p in front] + [x_right]
         fy = [p[1] for p in front] + [front[-1][1]]
