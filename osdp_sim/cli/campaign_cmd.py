@@ -18,12 +18,15 @@ def add_arguments(p) -> None:
     p.add_argument("--max-foreign", type=float, metavar="PCT",
                    help="run again (up to 3 times) a run during which other processes used more than PCT%% "
                         "of the CPUs; every attempt is logged to <records_dir>/campaign-log.jsonl")
+    p.add_argument("--nice", type=int, metavar="N",
+                   help="run each validate (and its ranks) at this niceness increment; -20 (root only) "
+                        "lets a run keep its cores when other work shares the machine")
     p.add_argument("--only", metavar="TEXT",
                    help="run only the runs whose description contains TEXT (e.g. 'gpt2-tiny n2')")
 
 
 def run(args) -> int:
-    from osdp_sim.calibrate.campaign import load_campaign, pending, plan_jobs, run_campaign
+    from osdp_sim.calibrate.campaign import load_campaign, pending, plan_jobs, run_campaign, validate_runner
     from osdp_sim.hardware.load import load_profile
 
     c = load_campaign(args.campaign)
@@ -40,8 +43,17 @@ def run(args) -> int:
         return 0
     max_busy = None if args.wait_idle is None else args.wait_idle / 100.0
     max_foreign = None if args.max_foreign is None else args.max_foreign / 100.0
+    runner = validate_runner
+    if args.nice:
+        import functools
+        import os
+        if args.nice < 0 and hasattr(os, "geteuid") and os.geteuid() != 0:
+            from osdp_sim.errors import UserError
+            raise UserError("a negative niceness (higher priority) needs root; drop --nice or run as root",
+                            field="--nice")
+        runner = functools.partial(validate_runner, nice=args.nice)
     s = run_campaign(c, jobs=jobs, retry_failed=args.retry_failed, hw=hw, max_busy=max_busy,
-                     max_foreign=max_foreign)
+                     max_foreign=max_foreign, runner=runner, log_extra={"nice": args.nice or 0})
     print(f"campaign {c.name}: {s.total} runs: {s.skipped} already recorded, {s.ran} run now "
           f"({s.ok} ok, {len(s.failed)} not ok) in {s.wall_s / 60:.1f} min")
     for label, status, path in s.failed:
