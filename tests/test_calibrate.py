@@ -391,3 +391,20 @@ def test_idle_wait_samples_the_cpus():
     busy = cpu_busy_fraction(0.2)
     assert busy is None or 0.0 <= busy <= 1.0
     assert wait_until_idle(1.0, log=None, sample_s=0.2) == 0.0      # never more than 100% busy
+
+
+def test_report_with_evaluated_runs(tmp_path, synthetic_runs):
+    """Runs passed with --evaluate (here: 4-rank, oversubscribed) are predicted, not fitted."""
+    folder = synthetic_runs[0]
+    extra = tmp_path / "n4"
+    plan = uniform_plan(load_model_config("gpt2-tiny"), "zero3", devices=4, micro_batch=4)
+    save_record(make_record(plan, 0.5, 90 * MiB, oversubscribed=True), extra)
+    hw_path = tmp_path / "synthetic.yaml"
+    save_profile(BASE, hw_path)
+    report = tmp_path / "r.md"
+    rc = main(["calibrate", "--hw", str(hw_path), "--records", str(folder), "--evaluate", str(extra),
+               "-o", str(tmp_path / "o.yaml"), "--report", str(report), "--plot", str(tmp_path / "p.png"),
+               "--no-loo", "--starts", "1"])
+    assert rc == 0
+    text = report.read_text()
+    assert "## Evaluated, not fitted" in text and "| gpt2-tiny | 4 | yes | zero3 mb4 |" in text

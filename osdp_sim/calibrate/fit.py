@@ -199,8 +199,11 @@ def _solve(ps: tuple[Param, ...], prior: dict, fixed: dict, data_residuals, loss
     inset = np.minimum(0.1, 0.01 * (hi - lo))
     u0 = np.clip(np.array([p.to_internal(fixed[p.name]) for p in ps]), lo + inset, hi - inset)
     starts = [u0]
+    u_prior_in = np.clip(u_prior, lo + inset, hi - inset)
+    if extra_starts and not np.allclose(u0, u_prior_in):
+        starts.append(u_prior_in)             # a warm start's first alternative: the prior itself
     rng = np.random.default_rng(0)
-    for _ in range(extra_starts):
+    while len(starts) < 1 + extra_starts:
         z = np.clip(rng.standard_normal(len(ps)), -2.0, 2.0)
         starts.append(np.clip(u_prior + z * sig, lo + inset, hi - inset))
     res, nfev = None, 0

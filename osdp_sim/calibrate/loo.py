@@ -27,9 +27,9 @@ def plan_groups(runs) -> list[list[int]]:
 
 
 def leave_one_out(full: FitResult, base_profile, *, progress=sys.stderr, loo_starts: int = 2) -> LooResult:
-    """Refit without each plan in turn (started from the full fit and from one point drawn from
-    the prior, `loo_starts` in all; the prior stays on the measured values) and predict the
-    left-out runs. A fold that would leave no run to fit on
+    """Refit without each plan in turn (started from the full fit and from the prior,
+    `loo_starts` starts in all; the prior stays on the measured values) and predict the left-out
+    runs. A fold that would leave no run to fit on
     predicts with the uncalibrated profile."""
     runs = list(full.runs)
     groups = plan_groups(runs)

@@ -92,8 +92,8 @@ def render(cal: Calibration, *, plot_path: str | Path | None = None, report_path
         lines += [f"Coefficients the fit pushed onto a bound (the data want more than the bounds allow "
                   f"-- a sign of a structural error the coefficient stands in for): {', '.join(r.at_bound)}.", ""]
     if plot_path:
-        rel = os.path.relpath(plot_path, Path(report_path).parent) if report_path else str(plot_path)
-        lines += [f"![predicted vs measured]({rel})", ""]
+        link = os.path.relpath(plot_path, Path(report_path).parent) if report_path else str(plot_path)
+        lines += [f"![predicted vs measured]({link})", ""]
 
     # ---- coefficients
     lines += ["## Coefficients", "",
