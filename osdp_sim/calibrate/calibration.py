@@ -57,7 +57,8 @@ class Calibration:
 
 def calibrate(profile: HardwareProfile, runs, *, excluded=(), eval_runs=(), loss: str = "soft_l1",
               params=None, loo: bool = True, limits=(), command: str = "", record_dirs=(),
-              name: str | None = None, progress=sys.stderr, starts: int = 8) -> Calibration:
+              name: str | None = None, progress="stderr", starts: int = 8) -> Calibration:
+    progress = sys.stderr if progress == "stderr" else progress
     if progress:
         print(f"osdp-sim calibrate: fitting {len(runs)} runs", file=progress, flush=True)
     result = fit(profile, runs, loss=loss, params=params, starts=starts)

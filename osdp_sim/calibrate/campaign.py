@@ -440,11 +440,12 @@ def validate_command(c: Campaign, job: Job, plan_file: Path, threads: int) -> li
             "--threads", str(threads), "--timeout", f"{c.timeout_s:g}", "-o", str(job.record_path)]
 
 
-def validate_runner(c: Campaign, job: Job, *, log=sys.stderr, nice: int | None = None) -> str:
+def validate_runner(c: Campaign, job: Job, *, log="stderr", nice: int | None = None) -> str:
     """Run one job with `osdp-sim validate` in a subprocess; returns the record's status. When
     validate dies without writing a record, a failed record is written here so the campaign
     keeps the evidence and moves on. `nice`: the run's scheduling priority (os.nice increment,
     inherited by its ranks); -20 lets a run keep its cores against other work on the machine."""
+    log = sys.stderr if log == "stderr" else log
     from osdp_sim.plan import save_plan
     from osdp_sim.runtime.launch import available_cores
     threads = c.threads or max(1, available_cores() // job.nproc)
@@ -602,9 +603,10 @@ def cpu_busy_fraction(sample_s: float = 2.0) -> float | None:
     return 1.0 - (i1 - i0) / (t1 - t0) if t1 > t0 else None
 
 
-def wait_until_idle(max_busy: float, *, log=sys.stderr, poll_s: float = 10.0, sample_s: float = 2.0) -> float:
+def wait_until_idle(max_busy: float, *, log="stderr", poll_s: float = 10.0, sample_s: float = 2.0) -> float:
     """Block until other work leaves the CPUs at most `max_busy` busy (a fraction); returns the
     seconds waited. CPU step times are only comparable when nothing else runs."""
+    log = sys.stderr if log == "stderr" else log
     waited, said = 0.0, -60.0
     while True:
         busy = cpu_busy_fraction(sample_s)
@@ -619,7 +621,7 @@ def wait_until_idle(max_busy: float, *, log=sys.stderr, poll_s: float = 10.0, sa
 
 
 def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = False, hw=None,
-                 log=sys.stderr, jobs: list[Job] | None = None, max_busy: float | None = None,
+                 log="stderr", jobs: list[Job] | None = None, max_busy: float | None = None,
                  max_foreign: float | None = None, attempts: int = 3,
                  log_extra: dict | None = None) -> CampaignSummary:
     """Run every job not yet recorded, in order; a failure is recorded and the campaign goes on.
@@ -627,6 +629,7 @@ def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = Fa
     `max_foreign`: a run during which other work used more than this share of the CPUs is run
     again (its record replaced), up to `attempts` times; the last attempt is kept either way.
     Every attempt is logged to <records_dir>/campaign-log.jsonl (wall time, foreign CPU share)."""
+    log = sys.stderr if log == "stderr" else log
     jobs = plan_jobs(c, hw=hw) if jobs is None else jobs
     todo = pending(jobs, retry_failed=retry_failed)
     summary = CampaignSummary(total=len(jobs), skipped=len(jobs) - len(todo))

@@ -26,11 +26,12 @@ def plan_groups(runs) -> list[list[int]]:
     return list(groups.values())
 
 
-def leave_one_out(full: FitResult, base_profile, *, progress=sys.stderr, loo_starts: int = 2) -> LooResult:
+def leave_one_out(full: FitResult, base_profile, *, progress="stderr", loo_starts: int = 2) -> LooResult:
     """Refit without each plan in turn (started from the full fit and from the prior,
     `loo_starts` starts in all; the prior stays on the measured values) and predict the left-out
     runs. A fold that would leave no run to fit on
     predicts with the uncalibrated profile."""
+    progress = sys.stderr if progress == "stderr" else progress
     runs = list(full.runs)
     groups = plan_groups(runs)
     preds: list[Prediction | None] = [None] * len(runs)
