@@ -61,7 +61,9 @@ def run(args) -> int:
                           for _, e in uniform_candidates(spec, hw, space, s, hi)]
 
     title = f"{spec.name} on {hw.name}: {hw.device.count} x {hw.device.name}"
-    subtitle = describe_space(space, hw)
+    subtitle = describe_space(space, hw) + "\nfront: " + (
+        "one exact pareto_front() pass" if args.method == "front" else
+        f"exact search() at descending limits (resolution {args.resolution})")
     paths = plot_pareto(out, front=res.front, evaluated=res.evaluated, uniform=uniform, limits=limits,
                         title=title, subtitle=subtitle, device_memory_bytes=hw.device.usable_memory_bytes,
                         x_max_bytes=max([hi] + limits))
@@ -94,12 +96,15 @@ def sweep_front(spec, hw, space, hi_bytes: float, limits: list, args):
     the plan it returned, and so on until nothing fits. Each call's optimum is a front point (the
     best plan using at most that much memory), so with resolution 0 the sweep visits every front
     point; each limit in `limits` is searched too, so the plan marked for it is exact."""
+    import math
     import time
 
     from osdp_sim.search.bnb import ParetoResult, search
     resolution = 0 if args.resolution.strip() in ("0", "0B") else parse_bytes(args.resolution, field="--resolution")
     t0 = time.perf_counter()
     pts, evaluated, nodes, proven = [], [], 0, True
+
+    least = [None]
 
     def one(limit: float):
         nonlocal nodes, proven
@@ -108,6 +113,8 @@ def sweep_front(spec, hw, space, hi_bytes: float, limits: list, args):
         nodes += r.nodes
         if r.plan is None:
             proven &= r.status == "infeasible"
+            if r.status == "infeasible" and math.isfinite(r.min_peak_memory_bytes):
+                least[0] = r.min_peak_memory_bytes
             return None
         proven &= r.status == "optimal"
         pts.append((r.estimate.peak_memory_bytes, r.estimate.samples_per_s, r.plan))
@@ -120,6 +127,10 @@ def sweep_front(spec, hw, space, hi_bytes: float, limits: list, args):
         peak = one(limit)
         calls += 1
         if peak is None:
+            # The resolution may have stepped past the leftmost point: search at the least peak.
+            if least[0] is not None and least[0] < limit + resolution and \
+                    not any(abs(p[0] - least[0]) < 1.0 for p in pts):
+                one(least[0])
             break
         progress(f"sweep {calls}: within {format_bytes(limit)}: {pts[-1][1]:.2f} samples/s at {format_bytes(peak)}")
         limit = min(peak - 1.0, limit - resolution)

@@ -81,10 +81,6 @@ def composition(plan: Plan) -> str:
     return "; ".join(parts)
 
 
-def _unsharded_groups(plan: Plan) -> int:
-    return sum(1 for k, c in plan.choices.items() if k != "root" and c.strategy != "zero3")
-
-
 def uniform_zero3_like(plan: Plan) -> Plan:
     """Uniform ZeRO-3 with everything else (batch, checkpointing, shard group) as in `plan`."""
     return replace(plan, choices={k: GroupChoice("zero3") for k in plan.choices}, notes={})
@@ -95,18 +91,24 @@ def explain(spec: ModelSpec, hw: HardwareProfile, plan: Plan, est: Estimate, bas
     against uniform ZeRO-3 at the same batch and checkpointing (all-gather time, exposed
     communication, step time, peak memory); the speedup over the best uniform ZeRO-3 that fits."""
     n_groups = 2 * plan.model.n_layers
-    kept = _unsharded_groups(plan)
-    split = sum(1 for k, c in plan.choices.items() if k != "root" and c.is_split)
+    blocks = [c for k, c in plan.choices.items() if k != "root"]
+    kept = [c for c in blocks if c.strategy != "zero3"]
+    partial = sum(1 for c in kept if c.is_split)
+    sharded = [c for c in blocks if c.strategy == "zero3"]
+    sharded_split = sum(1 for c in sharded if c.is_split)
+    split = partial + sharded_split
     root = describe_choice(plan.choices["root"])
     parts = []
     if kept:
-        parts.append(f"keeps the parameters of {kept} of {n_groups} block groups (wholly or in part) "
-                     f"from forward to backward with ZeRO-2 or DDP instead of re-sharding them")
-    if split:
-        parts.append(f"splits {split} groups into slices that are gathered one at a time")
-    what = ("The plan " + _join(parts) + ", and shards the rest with ZeRO-3") if parts else \
-        "The plan shards every block group with ZeRO-3"
-    what += f" ({composition(plan)}; root {root})."
+        parts.append(f"keeps the parameters of {len(kept)} of {n_groups} block groups from forward to "
+                     f"backward with ZeRO-2 or DDP instead of re-sharding them"
+                     + (f" ({partial} of them with some slices on ZeRO-3)" if partial else ""))
+    if sharded:
+        parts.append(f"re-shards {f'the other {len(sharded)}' if kept else f'all {len(sharded)} block groups'} "
+                     f"with ZeRO-3"
+                     + (f" ({sharded_split} of them split into slices gathered one at a time)"
+                        if sharded_split else ""))
+    what = "The plan " + _join(parts) + f" ({composition(plan)}; root {root})."
     z3 = estimate(spec, hw, uniform_zero3_like(plan))
     tb, zb = est.time_breakdown, z3.time_breakdown
     ck = sum(plan.checkpoint)

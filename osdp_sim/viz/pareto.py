@@ -55,7 +55,7 @@ def plot_pareto(path, *, front: list, evaluated: list, uniform: dict, limits: li
     (points beyond are not drawn). Writes `path` (PNG) and the SVG beside it; returns both paths."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(9, 5.6))
+    fig, ax = plt.subplots(figsize=(9, 6.6))
     front = non_dominated(front)
     all_x = [p[0] / GiB for p in front] + [lim / GiB for lim in limits]
     for pts in uniform.values():
@@ -102,7 +102,7 @@ def plot_pareto(path, *, front: list, evaluated: list, uniform: dict, limits: li
     ax.set_ylabel("throughput (samples/s, all devices)")
     ax.set_title(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     svg = path.with_suffix(".svg")
     fig.savefig(path, dpi=130)
