@@ -100,3 +100,24 @@ def test_nothing_fits_is_infeasible_not_a_crash():
                           paper_block_choices(), ("zero3",))
     assert res.status == "infeasible" and res.plan is None and not res.feasible
     assert res.candidates[0].estimate is None
+
+
+def test_separable_costs_compose_block_choices_from_one_group_kind_at_a_time():
+    spec = load_model("gpt2-tiny")
+    hw = simple_hw(count=4, per_node=4, busbw_gbps=5.0, latency_s=20e-6, launch_s=5e-6)
+    setting = Setting(4, 2, 1, 4, "bf16", "adamw")
+    groups = (GroupChoice("zero3"), GroupChoice("zero2"), GroupChoice("ddp", 2, 1))
+    choices = full_block_choices(groups, (False,))
+    assert choices[0] == BlockChoice(groups[0], groups[0], False)          # the reference
+    sep = item_costs(spec, hw, setting, choices, ("zero3",), separable=True)
+    joint = item_costs(spec, hw, setting, choices, ("zero3",))
+    assert (sep.estimates, joint.estimates) == (2 + 4, 2 + 8)
+    n = spec.config.n_layers
+    for i, c in enumerate(choices):
+        e = estimate(spec, hw, make_plan(spec, setting, "zero3", c))
+        dp_s = sep.base_s + sep.times_s[0][0] + n * sep.times_s[1][i]
+        if c.attn == groups[0] or c.mlp == groups[0]:      # one group kind differs: exact
+            assert dp_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+            assert sep.times_s[1][i] == pytest.approx(joint.times_s[1][i], rel=1e-9)
+        else:                                              # both differ: composed, close
+            assert dp_s == pytest.approx(e.iteration_time_s, rel=0.05)

@@ -54,6 +54,9 @@ def run(args) -> int:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     start_s = time.perf_counter()
     load_before = round(os.getloadavg()[0], 2)     # other work on the machine skews every number
+    if load_before > 0.5 and not torchrun:
+        print(f"osdp-sim profile-hw: warning: the machine is busy (1-minute load average {load_before}); "
+              "other work lowers every measured rate, so profile an idle machine", file=sys.stderr)
 
     from osdp_sim.profiler.run import ProfilingFailed, finish_rank, measure_rank, profile_ranks
     if not torchrun:
