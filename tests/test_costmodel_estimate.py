@@ -116,3 +116,40 @@ def test_split_choice_lowers_to_one_unit_per_sharded_slice():
     units = [u for u in low.units if u.plan_key == "block0.mlp"]
     assert sum(u.params for u in units) == pytest.approx(g.param_count)
     assert units[1].params == pytest.approx(256 * 1024 / 4)     # one quarter of c_fc's weight
+
+
+def test_head_backward_peak_holds_the_loss_gradient_but_no_weight_gradient():
+    # gpt2-tiny, zero2 on 2 ranks, micro-batch 8 (the CPU campaign's run): the peak is the start
+    # of the head's backward. Live then: fp32 params and AdamW states sharded over 2, the bf16
+    # copies zero2 keeps from forward, all saved activations and the loss gradient, 8 B per
+    # logit. Not live: the root's unsharded gradient (it appears when the head's backward ends)
+    # and any input gradient of the head.
+    spec = load_model("gpt2-tiny")
+    plan = uniform_plan(spec.config, "zero2", devices=2, micro_batch=8)
+    e = estimate(spec, simple_hw(count=2), plan)
+    P = 5_289_472
+    logits = 8 * 128 * 8192
+    acts = sum(s.act_bytes for s in lower(spec, simple_hw(count=2), plan).steps)
+    b = e.memory_breakdown
+    assert b["grads"] == 0
+    assert b["temporaries"] == 8 * logits == 67_108_864
+    assert b["params"] + b["gathered_params"] == 4 * P / 2 + 2 * P == 21_157_888
+    assert b["optimizer"] == 8 * P / 2
+    assert e.peak_memory_bytes == pytest.approx(21_157_888 + 21_157_888 + acts + 67_108_864)
+    assert e.peak_during == "bwd head"
+
+
+def test_unsharded_gradient_is_allocated_when_the_first_backward_step_ends():
+    from osdp_sim.costmodel.schedule import build_step
+    spec = build_spec(SMALL)
+    plan = uniform_plan(SMALL, "zero3", devices=2, micro_batch=1)
+    low = lower(spec, simple_hw(count=2), plan)
+    sched = build_step(low, reduce=True, grads_resident=False, unsharded_grads_resident=False,
+                       optimizer=True)
+    names = [t.name for t in sched.tasks]
+    ug = [(names[ev.task], ev.at, ev.delta_bytes) for ev in sched.events
+          if ev.category == "grads" and ev.delta_bytes > 0 and not names[ev.task].startswith("RS")]
+    # root (embedding 1000 x 256 + positions 64 x 256 + final norm 512) in bf16, after the head
+    root = (1000 * 256 + 64 * 256 + 512) * 2
+    assert ug[0] == ("bwd head", "end", root)
+    assert all(at == "end" and name.startswith("bwd ") for name, at, _ in ug)

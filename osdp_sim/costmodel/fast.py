@@ -69,7 +69,7 @@ class StepCost:
     ft: float                     # forward transient (logits)
     ag: float                     # gradient of activations, transient in backward
     bt: float                     # backward transient (gradient of logits)
-    ug: float                     # unsharded gradient allocated when its backward starts
+    ug: float                     # unsharded gradient allocated when its backward ends
     free_gath: bool               # its backward end frees the gathered copy
     rs: tuple | None              # queue items appended when its backward ends (RS, replica AR)
     res: float                    # resident bytes of its unit (params + optimizer [+ grads])
@@ -166,7 +166,8 @@ def root_steps(spec: ModelSpec, hw: HardwareProfile, cfg: Config) -> RootCost:
         head = g.kind == "head"
         made[g.kind] = StepCost(
             f=fwd, b=ratio * fwd, agf=None if head else u.all_gather_s, gath=u.gathered_bytes,
-            z3=False, agb=0.0, act=act, ft=logits * (cb + 4) if head else 0.0, ag=act_grad,
+            z3=False, agb=0.0, act=act, ft=logits * (cb + 4) if head else 0.0,
+            ag=0.0 if head else act_grad,
             bt=logits * (4 + 4) if head else 0.0, ug=u.unsharded_grad_bytes if head else 0.0,
             free_gath=not head, rs=None if head else _rs_items(u, cfg.grad_accum > 1),
             res=res if head else 0.0, pm=pm if head else 0.0, opt=opt if head else 0.0)
@@ -250,7 +251,7 @@ def run_compute(c: float, start_deltas: tuple, end_delta: float, queue: tuple, n
             if _done(crem, c):
                 cdone = True
                 if end_delta:
-                    ev.append((now, 0, 0, end_delta))
+                    ev.append((now, 0, 1 if end_delta > 0 else 0, end_delta))
         if cur is not None:
             x = it[cur]
             x[0] -= step * rate
@@ -295,8 +296,10 @@ class Pending:
 
 
 def pending_of(st: StepCost) -> Pending:
-    start = tuple(d for d in (st.ug, st.ag + st.bt) if d)
-    end = -(st.ag + st.bt + st.act + (st.gath if st.free_gath else 0.0))
+    start = tuple(d for d in (st.ag + st.bt,) if d)
+    # One net event: at equal times estimate() applies frees before allocations, so the
+    # unsharded gradient allocated at the end never raises the peak above the net value.
+    end = st.ug - (st.ag + st.bt + st.act + (st.gath if st.free_gath else 0.0))
     items = tuple((w, a0, fe, ae, True) for (w, a0, fe, ae) in (st.rs or ()))
     return Pending(st.b, start, end, items, st.agf, st.gath)
 

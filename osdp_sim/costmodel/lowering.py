@@ -124,7 +124,11 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
             if g.plan_key == "root":
                 fwd = _root_fwd_s(g, hw, dtype, tokens, act)
                 logits = tokens * cfg.vocab_size
-                steps.append(Step(g.name, 0, -1, fwd, ratio * fwd, act, act_grad,
+                # The head's backward peaks in the loss gradient (bwd_temp, 8 B per logit); the
+                # gradient of its input comes after that is cast down and counts as the incoming
+                # gradient of the next backward step, so the head has no act_grad of its own.
+                steps.append(Step(g.name, 0, -1, fwd, ratio * fwd, act,
+                                  0.0 if g.kind == "head" else act_grad,
                                   fwd_temp_bytes=logits * (cb + 4) if g.kind == "head" else 0.0,
                                   bwd_temp_bytes=logits * (4 + 4) if g.kind == "head" else 0.0))
                 continue

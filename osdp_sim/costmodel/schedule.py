@@ -5,8 +5,8 @@ all-gather of the next step's unit runs (implicit forward prefetch, issued when 
 ZeRO-3 units free their gathered copy when their forward ends; ZeRO-2 and the root keep it until
 their backward ends. Backward runs the steps in reverse: a ZeRO-3 unit is gathered again, prefetched
 one step ahead (issued when the previous backward step starts); a checkpointed block first
-recomputes its forward, which needs all of its units gathered. When a unit's last backward step
-ends its gradients are reduce-scattered (all-reduced for ddp units), then, with hybrid sharding,
+recomputes its forward, which needs all of its units gathered. A unit's unsharded gradient appears
+when its first backward step ends. When a unit's last backward step ends its gradients are reduce-scattered (all-reduced for ddp units), then, with hybrid sharding,
 all-reduced across shard groups. Gathers and reductions share one communication stream in issue
 order. The optimizer step follows the last reduction.
 """
@@ -144,11 +144,14 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
         ag = gather_for_backward(s.unit, prev)
         deps.append(((ag if ag is not None else gathered[s.unit]), "end"))
         t = add(Task(f"bwd {s.name}", "compute", s.bwd_s, "bwd", tuple(deps)))
-        if first_bwd_step[s.unit] == i and not unsharded_grads_resident:
-            mem(t, "start", u.unsharded_grad_bytes, "grads")
         mem(t, "start", s.act_grad_bytes + s.bwd_temp_bytes, "temporaries")
         mem(t, "end", -(s.act_grad_bytes + s.bwd_temp_bytes), "temporaries")
         mem(t, "end", -s.act_bytes, "activations")
+        if first_bwd_step[s.unit] == i and not unsharded_grads_resident:
+            # The weight gradients are the last outputs of a step's backward (autograd computes
+            # them after the input gradient, from the same saved tensors); MemTracker records
+            # none of them at the head's backward peak (docs/cost-model.md, memory timeline).
+            mem(t, "end", u.unsharded_grad_bytes, "grads")
         # Prefetch: the next backward step's gather is issued when this step starts, so it sits
         # on the communication stream before this step's gradient reduction.
         if pos + 1 < len(order):

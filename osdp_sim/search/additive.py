@@ -38,7 +38,7 @@ def root_terms(pb: Problem) -> tuple[float, float]:
     h, e = pb.root.head, pb.root.embed
     m = pb.m
     t = m * (h.f + h.b + (e.agf or 0.0) + e.f + e.b + sum(w for (w, *_r) in e.rs)) + h.opt
-    mem = h.res + h.act + e.act + e.gath + h.ug + h.ag + h.bt
+    mem = h.res + h.act + e.act + e.gath + h.ag + h.bt
     return t, mem
 
 
