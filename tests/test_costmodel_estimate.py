@@ -153,3 +153,35 @@ def test_unsharded_gradient_is_allocated_when_the_first_backward_step_ends():
     root = (1000 * 256 + 64 * 256 + 512) * 2
     assert ug[0] == ("bwd head", "end", root)
     assert all(at == "end" and name.startswith("bwd ") for name, at, _ in ug)
+
+
+def _cpu(hw):
+    from dataclasses import replace
+    return replace(hw, device=replace(hw.device, kind="cpu"))
+
+
+def test_cpu_adamw_step_holds_two_copies_of_the_largest_local_tensor():
+    # gpt2-small-cpu, ddp on 2 CPU ranks (campaign run: MemTracker 505,237,908 B at the step).
+    # Replicated fp32 params, grads and AdamW m, v: 16 B per parameter; the single-tensor AdamW
+    # loop adds sqrt(v) and the denominator for the token table (8192 x 512 fp32) at once.
+    spec = load_model("gpt2-small-cpu")
+    P = spec.param_count
+    e = estimate(spec, _cpu(simple_hw(count=2)), uniform_plan(spec.config, "ddp", devices=2, micro_batch=2))
+    assert e.peak_during == "optimizer step"
+    assert e.peak_memory_bytes == 16 * P + 2 * 4 * 8192 * 512 == 505_233_408
+
+
+def test_gloo_reduce_scatter_holds_a_copy_of_its_input():
+    # gpt2-small-cpu, zero3 on 2 CPU ranks, micro-batch 2 (MemTracker 269,931,932 B during the
+    # root's reduction). Live then: sharded fp32 params and AdamW states (6 B per parameter), the
+    # blocks' sharded fp32 grads (2 B per parameter), and for the root's R parameters its bf16
+    # gradient (2 B), the fp32 reduce-scatter input (4 B) and gloo's copy of that (4 B).
+    spec = load_model("gpt2-small-cpu")
+    P, R = spec.param_count, spec.params_of("root")
+    hw = _cpu(simple_hw(count=2))
+    e = estimate(spec, hw, uniform_plan(spec.config, "zero3", devices=2, micro_batch=2))
+    assert e.peak_during == "RS root"
+    assert e.peak_memory_bytes == 6 * P + 2 * (P - R) + 10 * R == 269_926_400
+    # on a GPU (NCCL) the collective needs no copy: 4 B per root parameter less at that moment
+    root = lower(spec, simple_hw(count=2), uniform_plan(spec.config, "zero3", devices=2, micro_batch=2)).units[0]
+    assert root.reduce_buffer_bytes == 4 * R

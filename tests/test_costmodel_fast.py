@@ -51,3 +51,18 @@ def test_real_profile_and_model():
         e, f = estimate(spec, hw, plan), fast_estimate(spec, hw, plan)
         assert f.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
         assert f.peak_memory_bytes == pytest.approx(e.peak_memory_bytes, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_plans_match_estimate_on_cpu(seed):
+    # CPU devices change the reduce buffers (gloo's copy) and the AdamW temporaries
+    from dataclasses import replace
+    rng = random.Random(1000 + seed)
+    for _ in range(20):
+        spec = hetero_spec(rng, rng.randint(1, 4)) if rng.random() < 0.5 else build_spec(tiny_config(rng, rng.randint(1, 4)))
+        hw = random_hw(rng)
+        hw = replace(hw, device=replace(hw.device, kind="cpu"))
+        plan = random_plan(rng, spec, hw)
+        e, f = estimate(spec, hw, plan), fast_estimate(spec, hw, plan)
+        assert f.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+        assert f.peak_memory_bytes == pytest.approx(e.peak_memory_bytes, rel=1e-9)

@@ -29,7 +29,7 @@ Scope: reduce_every_microbatch=True plans (the search space); anything else rais
 
 from dataclasses import dataclass
 
-from osdp_sim.costmodel.lowering import _lower_group, _root_fwd_s, make_unit
+from osdp_sim.costmodel.lowering import _lower_group, _root_fwd_s, make_unit, root_largest_tensor
 from osdp_sim.costmodel.rates import bandwidth_time_s
 from osdp_sim.costmodel.states import compute_bytes
 from osdp_sim.hardware.profile import HardwareProfile
@@ -73,7 +73,7 @@ class StepCost:
     free_gath: bool               # its backward end frees the gathered copy
     rs: tuple | None              # queue items appended when its backward ends (RS, replica AR)
     res: float                    # resident bytes of its unit (params + optimizer [+ grads])
-    pm: float                     # its unit's local fp32 parameter bytes (optimizer temporary)
+    pm: float                     # its unit's optimizer temporary (CommUnit.optimizer_temp_bytes)
     opt: float                    # its unit's share of the optimizer step time
 
 
@@ -113,7 +113,7 @@ def _unit_numbers(u, hw: HardwareProfile, cfg: Config) -> tuple[float, float, fl
     res = u.states.params + u.states.optimizer + (u.states.grads if cfg.grad_accum > 1 else 0.0)
     opt = bandwidth_time_s(hw, u.states.params / 4.0 * OPT_BYTES_PER_PARAM[cfg.optimizer],
                            OPT_KERNELS_PER_UNIT)
-    return res, u.states.params, opt
+    return res, u.optimizer_temp_bytes, opt
 
 
 def group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: HardwareProfile,
@@ -154,7 +154,8 @@ def root_steps(spec: ModelSpec, hw: HardwareProfile, cfg: Config) -> RootCost:
     cb = compute_bytes(cfg.precision)
     ratio = hw.compute.backward_forward_ratio
     act_grad = 2.0 * tokens * conf.hidden * cb
-    u = make_unit("root", "root", cfg.root, spec.params_of("root"), hw, plan, True)
+    u = make_unit("root", "root", cfg.root, spec.params_of("root"), hw, plan, True,
+                  root_largest_tensor(spec))
     res, pm, opt = _unit_numbers(u, hw, cfg)
     made = {}
     for g in spec.groups:

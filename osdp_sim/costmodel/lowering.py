@@ -30,11 +30,13 @@ class CommUnit:
     gathered_bytes: float         # unsharded copy in the compute dtype while gathered
     unsharded_grad_bytes: float   # gradient in the compute dtype before reduction
     reduce_buffer_bytes: float    # fp32 copy handed to the collective (0 when grads are fp32 already)
+                                  # (+ gloo's own copy of it on CPU)
     all_gather_s: float           # one all-gather (0 for ddp)
     reduce_s: float               # reduce-scatter (zero2/3) or all-reduce (ddp) of the gradients
     reduce_kind: str              # reduce_scatter | all_reduce
     replica_all_reduce_s: float   # HSDP: all-reduce of the sharded gradients across shard groups
     is_root: bool = False
+    optimizer_temp_bytes: float = 0.0   # transient of the optimizer step over this unit's tensors
 
     @property
     def reshards_after_forward(self) -> bool:
@@ -74,10 +76,23 @@ def _scope(n: int, hw: HardwareProfile) -> str:
 
 
 def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: HardwareProfile,
-              plan: Plan, is_root: bool = False) -> CommUnit:
+              plan: Plan, is_root: bool = False, largest_tensor: float | None = None) -> CommUnit:
+    """`largest_tensor`: elements of the unit's largest parameter tensor (default: all of them)."""
     n, d = plan.shard_size, plan.devices
     cb, rb = compute_bytes(plan.precision), reduce_bytes(plan.precision)
     states = state_bytes(params, strategy, n, plan.optimizer)
+    reduce_buffer = params * rb if rb != cb else 0.0
+    if strategy != "ddp" and hw.device.kind == "cpu":
+        # gloo's reduce-scatter works on its own copy of the input (MemTracker: 10 B per root
+        # parameter live during the root's reduction, bf16 on 2 ranks; docs/cost-model.md).
+        reduce_buffer += params * rb
+    if hw.device.kind == "cpu" and plan.optimizer == "adamw":
+        # On CPU tensors torch's AdamW runs its single-tensor loop, whose denominator
+        # sqrt(v) / c + eps holds two fp32 temporaries the size of one local parameter tensor.
+        largest = params if largest_tensor is None else largest_tensor
+        opt_temp = 2.0 * 4 * (largest if strategy == "ddp" else largest / n)
+    else:
+        opt_temp = states.params
     if strategy == "ddp":
         # No communication: the "all-gather" over a shard group of one is a local copy (cast) of
         # the fp32 parameters into the compute copy, on the all-gather stream.
@@ -95,9 +110,23 @@ def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: Hardwa
         rep_s = collective_time_s(hw, "all_reduce", params * rb / n, r, rep_scope, sharing) if r > 1 else 0.0
     return CommUnit(name=name, plan_key=plan_key, strategy=strategy, params=params, states=states,
                     gathered_bytes=params * cb, unsharded_grad_bytes=params * cb,
-                    reduce_buffer_bytes=params * rb if rb != cb else 0.0,
+                    reduce_buffer_bytes=reduce_buffer,
                     all_gather_s=ag_s, reduce_s=reduce_s, reduce_kind=kind,
-                    replica_all_reduce_s=rep_s, is_root=is_root)
+                    replica_all_reduce_s=rep_s, is_root=is_root, optimizer_temp_bytes=opt_temp)
+
+
+def largest_tensor(g: OpGroup, cfg=None) -> float:
+    """Elements of the largest parameter tensor of one group: the token table of the embedding
+    (cfg: the model's config), else the largest Linear weight (norms and biases are smaller)."""
+    if g.kind == "embed":
+        return float(cfg.vocab_size * cfg.hidden)
+    if g.linears:
+        return float(max(l.weight_params for l in g.linears))
+    return float(g.other_params)
+
+
+def root_largest_tensor(spec: ModelSpec) -> float:
+    return max(largest_tensor(g, spec.config) for g in spec.groups if g.plan_key == "root")
 
 
 def _fwd_elementwise_s(hw: HardwareProfile, act_bytes: float) -> float:
@@ -116,7 +145,8 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
     units: list[CommUnit] = []
     steps: list[Step] = []
     root_params = spec.params_of("root")
-    units.append(make_unit("root", "root", plan.choices["root"].strategy, root_params, hw, plan, True))
+    units.append(make_unit("root", "root", plan.choices["root"].strategy, root_params, hw, plan, True,
+                           root_largest_tensor(spec)))
 
     for unit in spec.units:
         for g in unit.groups:
@@ -138,8 +168,9 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
     local_params = sum(u.states.params for u in units) / 4.0          # fp32 elements held locally
     opt_bytes_moved = local_params * {"adamw": 2 * (4 + 4 + 8), "sgd": 2 * (4 + 4 + 4)}[plan.optimizer]
     optimizer_s = bandwidth_time_s(hw, opt_bytes_moved, 12 * len(units))
-    # The optimizer's temporaries: one fp32 tensor the size of the largest local parameter set.
-    optimizer_temp = max(u.states.params for u in units)
+    # The optimizer's temporaries: one fp32 tensor the size of the largest local parameter set
+    # (on CPU: two the size of the largest local tensor, make_unit).
+    optimizer_temp = max(u.optimizer_temp_bytes for u in units)
     return Lowered(tuple(units), tuple(steps), ckpt_bytes, plan.checkpoint, optimizer_s,
                    optimizer_temp, tokens)
 
@@ -164,20 +195,25 @@ def _lower_group(g: OpGroup, block: int, hw: HardwareProfile, plan: Plan, units:
     slice_s = {l.name: gemm_time_s(hw, 2.0 * tokens * l.weight_params / k, dtype) for l in g.linears}
 
     if not c.is_split:
-        units.append(make_unit(g.name, g.plan_key, c.strategy, g.param_count, hw, plan))
+        units.append(make_unit(g.name, g.plan_key, c.strategy, g.param_count, hw, plan,
+                               largest_tensor=largest_tensor(g)))
         fwd = core_s + elem_s + sum(slice_s.values())
         return [Step(g.name, len(units) - 1, block, fwd, ratio * fwd, act, act_grad)]
 
     # Replicated part: norms, biases, the k - j unsharded slices of every Linear.
     rep_params = g.param_count - g.splittable_params * j / k
-    units.append(make_unit(g.name, g.plan_key, c.strategy, rep_params, hw, plan))
+    # the k - j unsharded slices of a Linear are separate tensors of weight / k elements
+    rep_largest = max(l.weight_params for l in g.linears) / k if k > j else float(g.other_params)
+    units.append(make_unit(g.name, g.plan_key, c.strategy, rep_params, hw, plan,
+                           largest_tensor=rep_largest))
     rep_fwd = core_s + elem_s + (k - j) * sum(slice_s.values())
     steps = [Step(g.name, len(units) - 1, block, rep_fwd, ratio * rep_fwd, act, act_grad)]
     zero3 = "zero3"
     for lin in g.linears:
         for s in range(j):
             name = f"{g.name}/{lin.name}.s{s}"
-            units.append(make_unit(name, g.plan_key, zero3, lin.weight_params / k, hw, plan))
+            units.append(make_unit(name, g.plan_key, zero3, lin.weight_params / k, hw, plan,
+                                   largest_tensor=lin.weight_params / k))
             steps.append(Step(name, len(units) - 1, block, slice_s[lin.name], ratio * slice_s[lin.name],
                               0.0, 0.0))
     return steps
