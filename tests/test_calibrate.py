@@ -408,3 +408,13 @@ def test_report_with_evaluated_runs(tmp_path, synthetic_runs):
     assert rc == 0
     text = report.read_text()
     assert "## Evaluated, not fitted" in text and "| gpt2-tiny | 4 | yes | zero3 mb4 |" in text
+
+
+def test_report_keeps_the_hand_written_text_above_the_marker(tmp_path):
+    from osdp_sim.cli.calibrate_cmd import KEEP_MARKER, write_report
+    path = tmp_path / "accuracy.md"
+    write_report(path, "# generated 1\n")
+    assert path.read_text() == "# generated 1\n"            # no marker: the report alone
+    path.write_text("# Accuracy\n\nHow to regenerate.\n\n" + KEEP_MARKER + "\n\nold report\n")
+    write_report(path, "# generated 2\n")
+    assert path.read_text() == "# Accuracy\n\nHow to regenerate.\n\n" + KEEP_MARKER + "\n\n# generated 2\n"

@@ -1,6 +1,9 @@
 """Print the measured-vs-predicted table of docs/validation.md from the records in a folder.
 
-    python validate/table.py [validate/records]
+    python validate/table.py [validate/records] [--predict PROFILE]
+
+The predictions are those stored in each record (the cost model when the run was made); with
+--predict they are computed again by the current cost model with PROFILE (no run is repeated).
 """
 
 import sys
@@ -12,7 +15,19 @@ HERE = Path(__file__).resolve().parent
 MiB = 2**20
 
 
-def rows(folder) -> list[str]:
+def predict(record, profile) -> tuple[dict, dict]:
+    """(predicted, errors) of one record by the current cost model, like validate stores them."""
+    from osdp_sim.costmodel import estimate
+    from osdp_sim.model.spec import build_spec
+    e = estimate(build_spec(record.model), profile, record.plan)
+    m = record.data["measured"]
+    t, mem = m["iteration_time_s"]["mean"], m["peak_memory_bytes"]
+    return ({"iteration_time_s": e.iteration_time_s, "peak_memory_bytes": e.peak_memory_bytes},
+            {"iteration_time_rel": e.iteration_time_s / t - 1 if t else None,
+             "peak_memory_rel": e.peak_memory_bytes / mem - 1 if mem else None})
+
+
+def rows(folder, profile=None) -> list[str]:
     out = ["| plan | seed | status | step time measured (mean ± std) | predicted | error | "
            "peak memory measured | predicted | error | other work |",
            "|---|---|---|---|---|---|---|---|---|---|"]
@@ -22,7 +37,7 @@ def rows(folder) -> list[str]:
     for r in records:
         d = r.data
         t, m = d["measured"]["iteration_time_s"], d["measured"]
-        p, e = d["predicted"] or {}, d["errors"] or {}
+        p, e = predict(r, profile) if profile is not None else (d["predicted"] or {}, d["errors"] or {})
         name = r.plan.notes.get("name", d["run_id"])
         out.append(
             f"| {name} | {d['settings']['seed']} | {d['status']} "
@@ -51,4 +66,11 @@ def _pct(v):
 
 
 if __name__ == "__main__":
-    print("\n".join(rows(sys.argv[1] if len(sys.argv) > 1 else HERE / "records")))
+    args = sys.argv[1:]
+    profile = None
+    if "--predict" in args:
+        i = args.index("--predict")
+        from osdp_sim.hardware.load import load_profile
+        profile = load_profile(args[i + 1])
+        del args[i:i + 2]
+    print("\n".join(rows(args[0] if args else HERE / "records", profile)))

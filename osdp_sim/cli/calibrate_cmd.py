@@ -69,10 +69,24 @@ def run(args) -> int:
         write_plot(cal, args.plot)
     text = render(cal, plot_path=args.plot, report_path=args.report, output_path=out)
     if args.report:
-        Path(args.report).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.report).write_text(text)
+        write_report(Path(args.report), text)
     _summary(cal, out, args)
     return 0
+
+
+# A report file may start with hand-written text (how to regenerate, what the numbers mean):
+# everything above this line is kept when the report below it is regenerated.
+KEEP_MARKER = "<!-- osdp-sim calibrate writes the report below this line; edit only above it -->"
+
+
+def write_report(path: Path, text: str) -> None:
+    head = ""
+    if path.exists():
+        old = path.read_text()
+        if KEEP_MARKER in old:
+            head = old.split(KEEP_MARKER, 1)[0] + KEEP_MARKER + "\n\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(head + text)
 
 
 def _summary(cal, out: Path, args) -> None:
