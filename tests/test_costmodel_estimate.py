@@ -185,3 +185,16 @@ def test_gloo_reduce_scatter_holds_a_copy_of_its_input():
     # on a GPU (NCCL) the collective needs no copy: 4 B per root parameter less at that moment
     root = lower(spec, simple_hw(count=2), uniform_plan(spec.config, "zero3", devices=2, micro_batch=2)).units[0]
     assert root.reduce_buffer_bytes == 4 * R
+
+
+def test_ddp_units_make_their_compute_copy_in_their_own_backward_not_at_the_prefetch():
+    # gpt2-tiny ddp mb8 on 2 ranks (MemTracker: Temp = 8 B per logit exactly, no prefetched
+    # copy): at the head's backward peak only the root's bf16 copy is gathered, although the
+    # prefetch of block3.mlp (a copy task on the gather stream) has been issued.
+    spec = load_model("gpt2-tiny")
+    plan = uniform_plan(spec.config, "ddp", devices=2, micro_batch=8)
+    e = estimate(spec, simple_hw(count=2), plan)
+    R = spec.params_of("root")
+    assert e.memory_breakdown["gathered_params"] == 2 * R == 4_260_864
+    assert e.memory_breakdown["temporaries"] == 8 * 8 * 128 * 8192
+    assert "AG(bwd) block3.mlp" in [t.name for t in e.timeline]

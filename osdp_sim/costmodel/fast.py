@@ -75,6 +75,7 @@ class StepCost:
     res: float                    # resident bytes of its unit (params + optimizer [+ grads])
     pm: float                     # its unit's optimizer temporary (CommUnit.optimizer_temp_bytes)
     opt: float                    # its unit's share of the optimizer step time
+    copy: bool = False            # a ddp unit: its backward "gather" allocates at its user's start
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ def group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: HardwarePr
             f=s.fwd_s, b=s.bwd_s, agf=u.all_gather_s, gath=u.gathered_bytes, z3=z3,
             agb=u.all_gather_s, act=s.act_bytes, ft=s.fwd_temp_bytes, ag=s.act_grad_bytes,
             bt=s.bwd_temp_bytes, ug=u.unsharded_grad_bytes, free_gath=True,
-            rs=_rs_items(u, cfg.grad_accum > 1), res=res, pm=pm, opt=opt))
+            rs=_rs_items(u, cfg.grad_accum > 1), res=res, pm=pm, opt=opt, copy=u.strategy == "ddp"))
     return tuple(out)
 
 
@@ -296,8 +297,20 @@ class Pending:
     gath: float
 
 
-def pending_of(st: StepCost) -> Pending:
-    start = tuple(d for d in (st.ag + st.bt,) if d)
+def _bwd_gather(st: StepCost) -> tuple:
+    """The queue item of a step's backward gather; a ddp copy allocates nothing on the stream."""
+    return (st.agb, 0.0 if st.copy else st.gath, 0.0, 0.0, False)
+
+
+def _copies(steps) -> float:
+    """Bytes of the ddp copies that a checkpointed block's recompute allocates when it starts."""
+    return sum(st.gath for st in steps if st.z3 and st.copy)
+
+
+def pending_of(st: StepCost, own_gather: bool = False) -> Pending:
+    """own_gather: the step's unit was gathered again for it (so a ddp copy appears at its start)."""
+    copy = st.gath if own_gather and st.z3 and st.copy else 0.0
+    start = tuple(d for d in (copy, st.ag + st.bt) if d)
     # One net event: at equal times estimate() applies frees before allocations, so the
     # unsharded gradient allocated at the end never raises the peak above the net value.
     end = st.ug - (st.ag + st.bt + st.act + (st.gath if st.free_gath else 0.0))
@@ -406,29 +419,32 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0) -> Sta
         return top
 
     if kind == "ckpt":
-        ags = tuple((st.agb, st.gath, 0.0, 0.0, False) for st in steps if st.z3)
+        ags = tuple(_bwd_gather(st) for st in steps if st.z3)
         o_y = run(pend.b, pend.start, pend.end, pend.items + ags,
                   len(pend.items) + len(ags) - 1 if ags else None)
-        o_y = max(o_y, run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps)), 0.0, (), None))
+        o_y = max(o_y, run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps), _copies(steps)),
+                           0.0, (), None))
         o_y = max(o_y, chain(pending_of(st) for st in steps[:0:-1]))
     elif kind == "ckmlp":
-        ags = tuple((st.agb, st.gath, 0.0, 0.0, False) for st in steps if st.z3)
+        ags = tuple(_bwd_gather(st) for st in steps if st.z3)
         o_y = run(pend.b, pend.start, pend.end, pend.items + ags, len(pend.items) + len(ags) - 1)
         o_m1 = y                     # after the last gather's allocation nothing else happens
-        o_m2 = run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps)), 0.0, (), None)
+        o_m2 = run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps), _copies(steps)),
+                   0.0, (), None)
         o_m2 = max(o_m2, chain(pending_of(st) for st in steps[:0:-1]))
     elif kind == "ckattn":
-        g_a = sum(st.gath for st in steps if st.z3)
-        p_a = g_a + sum(st.act for st in steps)
+        # its gathers are allocated before the recompute starts (m1), its ddp copies with it (m2)
+        g_a = sum(st.gath for st in steps if st.z3) - _copies(steps)
+        p_a = g_a + _copies(steps) + sum(st.act for st in steps)
         dt += sum(st.agb for st in steps if st.z3) + sum(st.f for st in steps)
         y += p_a
         o_y = chain([pend] + [pending_of(st) for st in steps[:0:-1]])
     elif kind == "group":
-        order = [pend] + [pending_of(st) for st in steps[:0:-1]]
+        order = [pend] + [pending_of(st, True) for st in steps[:0:-1]]
         for j, p in enumerate(order):
             nxt = steps[n - 1 - j]
             if nxt.z3:
-                top = run(p.b, p.start, p.end, ((nxt.agb, nxt.gath, 0.0, 0.0, False),) + p.items, 0)
+                top = run(p.b, p.start, p.end, (_bwd_gather(nxt),) + p.items, 0)
             else:
                 top = run(p.b, p.start, p.end, p.items, None)
             o_y = max(o_y, top)
@@ -436,7 +452,7 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0) -> Sta
         o_y = run(pend.b, pend.start, pend.end, pend.items, None)
         p = pending_of(steps[0])
         o_y = max(o_y, run(p.b, p.start, p.end, p.items, len(p.items) - 1))
-    new_pend = None if kind == "embed" else pending_of(steps[0])
+    new_pend = None if kind == "embed" else pending_of(steps[0], kind == "group")
     return StageOut(key=(new_pend, queue), dt=qt(dt), opt=qt(sum(st.opt for st in steps)),
                     s_n=qm(s_n), o_v=qm(o_v), o_y=qm(o_y), d_y=qm(y), d_v=qm(res_n),
                     pm=qm(max((st.pm for st in steps), default=0.0)),

@@ -3,12 +3,13 @@
 Forward: the root unit is all-gathered first (always exposed); while step i computes, the
 all-gather of the next step's unit runs (implicit forward prefetch, issued when step i starts).
 ZeRO-3 units free their gathered copy when their forward ends; ZeRO-2 and the root keep it until
-their backward ends. Backward runs the steps in reverse: a ZeRO-3 unit is gathered again, prefetched
-one step ahead (issued when the previous backward step starts); a checkpointed block first
-recomputes its forward, which needs all of its units gathered. A unit's unsharded gradient appears
-when its first backward step ends. When a unit's last backward step ends its gradients are reduce-scattered (all-reduced for ddp units), then, with hybrid sharding,
-all-reduced across shard groups. Gathers and reductions share one communication stream in issue
-order. The optimizer step follows the last reduction.
+their backward ends. Backward runs the steps in reverse: a ZeRO-3 unit is gathered again,
+prefetched one step ahead (issued when the previous backward step starts; a ddp unit's copy is
+made when its own step starts); a checkpointed block first recomputes its forward, which needs
+all of its units gathered. A unit's unsharded gradient appears when its first backward step ends.
+When a unit's last backward step ends its gradients are reduce-scattered (all-reduced for ddp
+units), then, with hybrid sharding, all-reduced across shard groups. Gathers and reductions share
+one communication stream in issue order. The optimizer step follows the last reduction.
 """
 
 from dataclasses import dataclass
@@ -107,15 +108,28 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
         if s.block >= 0:
             block_steps.setdefault(s.block, []).append(i)
 
+    copy_due: set[int] = set()          # ddp units whose compute copy the next user allocates
+
     def gather_for_backward(unit: int, issue_after: int | None) -> int | None:
         if unit in gathered:
             return None
         u = units[unit]
         issue = () if issue_after is None else ((issue_after, "start"),)
         ag = add(Task(f"AG(bwd) {u.name}", "comm", u.all_gather_s, _gather_kind(u), issue))
-        mem(ag, "start", u.gathered_bytes, "gathered_params")
+        if _gather_kind(u) == "copy":
+            # FSDP2 does not all-gather over a shard group of one rank: a prefetch allocates
+            # nothing, the unit casts its copy in its own pre-backward (or the recompute's
+            # pre-forward).
+            copy_due.add(unit)
+        else:
+            mem(ag, "start", u.gathered_bytes, "gathered_params")
         gathered[unit] = ag
         return ag
+
+    def allocate_copy(unit: int, task: int) -> None:
+        if unit in copy_due:
+            copy_due.discard(unit)
+            mem(task, "start", units[unit].gathered_bytes, "gathered_params")
 
     prev = None
     recomputed: set[int] = set()
@@ -134,6 +148,8 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
                     deps.append((gathered[steps[j].unit], "end"))
             rc = add(Task(f"recompute block{s.block}", "compute",
                           sum(steps[j].fwd_s for j in block_steps[s.block]), "recompute", tuple(deps)))
+            for j in block_steps[s.block]:
+                allocate_copy(steps[j].unit, rc)
             # Recompute re-saves the block's activations; the input it saves is the tensor the
             # checkpoint already holds, so the block goes back to exactly its unchecked size.
             for j in block_steps[s.block]:
@@ -144,6 +160,7 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
         ag = gather_for_backward(s.unit, prev)
         deps.append(((ag if ag is not None else gathered[s.unit]), "end"))
         t = add(Task(f"bwd {s.name}", "compute", s.bwd_s, "bwd", tuple(deps)))
+        allocate_copy(s.unit, t)
         mem(t, "start", s.act_grad_bytes + s.bwd_temp_bytes, "temporaries")
         mem(t, "end", -(s.act_grad_bytes + s.bwd_temp_bytes), "temporaries")
         mem(t, "end", -s.act_bytes, "activations")
