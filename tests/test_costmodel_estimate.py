@@ -183,7 +183,8 @@ def test_gloo_reduce_scatter_holds_a_copy_of_its_input():
     assert e.peak_during == "RS root"
     assert e.peak_memory_bytes == 6 * P + 2 * (P - R) + 10 * R == 269_926_400
     # on a GPU (NCCL) the collective needs no copy: 4 B per root parameter less at that moment
-    root = lower(spec, simple_hw(count=2), uniform_plan(spec.config, "zero3", devices=2, micro_batch=2)).units[0]
+    plan = uniform_plan(spec.config, "zero3", devices=2, micro_batch=2)
+    root = lower(spec, simple_hw(count=2), plan).units[0]
     assert root.reduce_buffer_bytes == 4 * R
 
 

@@ -59,7 +59,8 @@ def test_random_plans_match_estimate_on_cpu(seed):
     from dataclasses import replace
     rng = random.Random(1000 + seed)
     for _ in range(20):
-        spec = hetero_spec(rng, rng.randint(1, 4)) if rng.random() < 0.5 else build_spec(tiny_config(rng, rng.randint(1, 4)))
+        layers = rng.randint(1, 4)
+        spec = hetero_spec(rng, layers) if rng.random() < 0.5 else build_spec(tiny_config(rng, layers))
         hw = random_hw(rng)
         hw = replace(hw, device=replace(hw.device, kind="cpu"))
         plan = random_plan(rng, spec, hw)
