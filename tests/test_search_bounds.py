@@ -54,3 +54,26 @@ def test_bounds_admissible_on_random_plans(seed):
                 lb, mem_lb = eng.lower_bounds(g, L, np.array([k]), limit)
                 assert lb[0] <= t_q
                 assert mem_lb[0] <= peak_q
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_frontier_bound_admissible_and_at_least_the_first_bound(seed):
+    """Engine.frontier_bound (the first decisions expanded exactly): at most the time of every
+    plan that fits the limit (here: a random plan, with its own peak as the limit), and never
+    looser than the bound at the first decision, which it refines."""
+    rng = random.Random(300 + seed)
+    tighter = 0
+    for _ in range(25):
+        _spec, _hw, pb, (attn, mlp, ck) = _instance(rng)
+        eng = Engine(pb)
+        path, (t_q, peak_q) = eng.path(attn, mlp, ck)
+        g0, L0, k0 = path[0]
+        first, _m = eng.lower_bounds(g0, L0, np.array([k0]), peak_q)
+        for depth in (1, 2):
+            lb, _nodes = eng.frontier_bound(depth, pq_max=peak_q)
+            assert lb <= t_q
+            # a threshold above the plan's time keeps it: still admissible
+            lb_thr, _nodes = eng.frontier_bound(depth, pq_max=peak_q, thr_q=t_q + 1)
+            assert lb_thr <= t_q
+            tighter += lb > first[0] + 1
+    assert tighter > 0                     # the refinement does tighten somewhere

@@ -28,6 +28,7 @@ from osdp_sim.search.space import (SearchSpace, devices_of, grad_accum_of, group
 
 EVALUATED_CAP = 20000
 BEAM = 64
+REFINE_DEPTH = 2                         # decisions expanded exactly for a configuration's bound (the last block)
 MAX_MICRO_BATCH = 4096
 
 
@@ -67,6 +68,7 @@ class _Cfg:
     mem_lb_q: float                      # least possible live-byte peak (fixed point)
     engine: Engine | None = None
     ub_sps: float = math.inf
+    refined: bool = False                # ub_sps tightened by frontier_bound
 
 
 def _limit_q(limit_bytes: float, hw: HardwareProfile) -> int:
@@ -195,8 +197,9 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
 
     # incumbent: uniform plans (one choice everywhere), then beam runs of the same search, on
     # the most promising configurations
+    uniform_until = None if deadline is None else t0 + 0.1 * time_limit_s
     for c in order[:6]:
-        if deadline is not None and time.perf_counter() > deadline:
+        if uniform_until is not None and time.perf_counter() > uniform_until:
             break
         nb = len(c.problem.blocks)
         fins = []
@@ -221,14 +224,27 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
             mlp = [idx[plan.choices[km]] for _ka, km in c.problem.keys]
             _p, (t_q, peak_q) = c.engine.path(attn, mlp, list(plan.checkpoint))
             add_finished(c, [Finished(t_q, peak_q, attn, mlp, list(plan.checkpoint))], True)
+    # tighter configuration bounds: the last block decided exactly (Engine.frontier_bound); a
+    # configuration none of whose plans can beat the incumbent is ruled out here
+    for c in order:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        best_k = kth_best()
+        if c.ub_sps > best_k and not c.refined:
+            c.ub_sps = min(c.ub_sps, _refined_ub(c, pq_max, best_k, top_k))
+            c.refined = True
+    order.sort(key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
     for c in order[:3]:
         if deadline is not None and time.perf_counter() > deadline:
             break
+        if c.ub_sps <= kth_best():
+            continue
         r = c.engine.run(pq_max=pq_max, beam=BEAM, deadline=deadline)
         nodes += r.stats.nodes
         add_finished(c, r.finished, True)
     open_bounds: list[float] = []
     searched = 0
+
     for i, c in enumerate(order):
         best_k = kth_best()
         mb = c.config.micro_batch
@@ -291,6 +307,16 @@ def _config_ub(c: _Cfg, pq_max: float) -> float:
     if mem_lb[0] > pq_max or not math.isfinite(lb[0]):
         return 0.0
     return c.problem.samples / (max(lb[0], 1.0) * TIME_Q)
+
+
+def _refined_ub(c: _Cfg, pq_max: float, best_sps: float, top_k: int) -> float:
+    """Upper bound on samples/s of any fitting plan of this configuration faster than
+    best_sps: the first REFINE_DEPTH decisions expanded exactly (Engine.frontier_bound)."""
+    thr_q = (c.problem.samples / best_sps / TIME_Q) if best_sps > 0 else math.inf
+    lb_q, _nodes = c.engine.frontier_bound(REFINE_DEPTH, pq_max=pq_max, thr_q=thr_q, top_k=top_k)
+    if not math.isfinite(lb_q):
+        return 0.0
+    return c.problem.samples / (max(lb_q, 1.0) * TIME_Q)
 
 
 def min_peak(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSpace(), *,

@@ -39,6 +39,10 @@ def positions_of(pb: Problem) -> list[tuple[str, int]]:
     return out
 
 
+class _Timeout(Exception):
+    """The deadline passed while a decision was being expanded."""
+
+
 @dataclass
 class Finished:
     t_q: int
@@ -222,7 +226,13 @@ class Engine:
             if deadline is not None and time.perf_counter() > deadline:
                 lb = self._open_bound(g, L, K, pq_max)
                 return DPResult([], stats, False, lb, time.perf_counter() - t0)
-            L, K, parent, code = self._expand(g, L, K, thr_q, pq_max, top_k, stats, beam, thr_fn, memory_only)
+            try:
+                L2, K2, parent, code = self._expand(g, L, K, thr_q, pq_max, top_k, stats, beam, thr_fn,
+                                                    memory_only, deadline)
+            except _Timeout:
+                lb = self._open_bound(g, L, K, pq_max)
+                return DPResult([], stats, False, lb, time.perf_counter() - t0)
+            L, K = L2, K2
             history.append((parent, code))
             if len(L) == 0:
                 break
@@ -255,6 +265,30 @@ class Engine:
             kid = hit[0]
         return out, (int(L[0, 0]), int(max(L[0, 1], L[0, 3] + L[0, 4])))
 
+    def frontier_bound(self, depth: int, *, pq_max: float = float("inf"), thr_q: float = float("inf"),
+                       top_k: int = 1, max_labels: int = 20000) -> tuple[float, int]:
+        """A lower bound on the time of every plan of this problem that fits pq_max and is faster
+        than thr_q: expand the first `depth` decisions exactly (dominance and pruning as in run())
+        and take the least (t + bound) over the labels left. Tighter than the bound at the first
+        decision, because the decided steps count exactly. Returns (bound_q, nodes); inf when no
+        plan can fit or beat thr_q. Stops early (returning the bound so far) past max_labels."""
+        pb = self.pb
+        stats = DPStats()
+        key0, lab0 = start_label(pb.root.head, pb.m, pb.s)
+        L = np.array([[lab0.t, lab0.u, lab0.v, lab0.y, lab0.pm, lab0.m1, lab0.m2]], dtype=np.int64)
+        K = np.array([self.intern(key0)], dtype=np.int64)
+        g = 0
+        for g in range(min(depth, len(self.positions) - 1)):
+            nL, nK, _p, _c = self._expand(g, L, K, thr_q, pq_max, top_k, stats)
+            if len(nL) > max_labels:
+                break
+            L, K = nL, nK
+            if len(L) == 0:
+                return float("inf"), stats.nodes
+        else:
+            g = min(depth, len(self.positions) - 1)
+        return self._open_bound(g, L, K, pq_max), stats.nodes
+
     def _open_bound(self, g, L, K, pq_max) -> float:
         if len(L) == 0:
             return float("inf")
@@ -278,10 +312,15 @@ class Engine:
             i = int(parent[i])
         return Finished(t_q, peak_q, attn, mlp, ck)
 
-    def _expand(self, g, L, K, thr_q, pq_max, top_k, stats, beam=None, thr_fn=None, memory_only=False):
+    def _expand(self, g, L, K, thr_q, pq_max, top_k, stats, beam=None, thr_fn=None, memory_only=False,
+                deadline=None):
         m = self.pb.m
         uk, inv = np.unique(K, return_inverse=True)
-        tabs = [self.table(int(k), g) for k in uk]
+        tabs = []
+        for r, k in enumerate(uk):                  # new keys cost one stage simulation per decision
+            if deadline is not None and r % 32 == 31 and time.perf_counter() > deadline:
+                raise _Timeout
+            tabs.append(self.table(int(k), g))
         # Skip (key, decision) pairs that cannot beat thr_q even from the best label of the key
         # (the bound is nondecreasing in t and u).
         tmin = np.full(len(uk), np.iinfo(np.int64).max)
