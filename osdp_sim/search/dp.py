@@ -350,6 +350,8 @@ class Engine:
         n = len(L)
         lab_i = sel // kmax
         Dl = Dl.reshape(n * kmax, NDELTA)[sel]
+        if deadline is not None and time.perf_counter() > deadline:
+            raise _Timeout
         C = update(L[lab_i], Dl, m)
         CK = nkey.ravel()[sel]
         CP = lab_i
@@ -374,6 +376,8 @@ class Engine:
             LB = C[:, 1].astype(float) if memory_only else C[:, 0].astype(float)
         if memory_only:
             C[:, 0] = 0
+        if deadline is not None and time.perf_counter() > deadline:
+            raise _Timeout
         # dominance within each key
         order = np.lexsort(tuple(C[:, c] for c in range(NCOL - 1, -1, -1)) + (CK,))
         C, CK, CP, CC, LB = C[order], CK[order], CP[order], CC[order], LB[order]

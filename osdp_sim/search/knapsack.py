@@ -41,6 +41,7 @@ from osdp_sim.model.spec import ModelSpec, build_spec
 from osdp_sim.plan.plan import GroupChoice, Plan
 
 MiB = 2**20
+SEPARABLE_ABOVE = 128      # block choices above which "full" costs are composed one group kind at a time
 
 
 @dataclass(frozen=True, order=True)
@@ -350,15 +351,18 @@ def checkpoint_options(space) -> tuple[bool, ...]:
 
 
 def osdp_knapsack(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, *,
-                  choices: str = "paper") -> KnapsackResult:
+                  choices: str = "paper", separable: bool | None = None) -> KnapsackResult:
     """The OSDP DP over a search space's batch settings (micro-batches up to the first at which
     the DP finds nothing, when the space leaves them open). choices="paper": the paper's four
     {attention, MLP} x {zero2, zero3} block strategies, each with checkpointing on or off as the
     space allows (the prototype had no checkpointing; Galvatron adds it per layer, and without it
     the DP would lose to uniform ZeRO-3 with checkpointing at any larger batch); "full": every
     (attention, MLP, checkpoint) combination of the space's group choices (the benchmark against
-    the exact search), with separable per-block costs (item_costs). The root takes the space's
-    root strategies."""
+    the exact search); above SEPARABLE_ABOVE block choices (the 28-choice space: 1,568) the
+    per-block costs are composed one group kind at a time (item_costs, separable=True), which
+    is exact on uniform plans only; below it every block choice is probed. The root takes the
+    space's root strategies. separable: force (True) or forbid (False) the composition; None
+    decides by the number of block choices."""
     from osdp_sim.search.space import group_choices
     ck = checkpoint_options(space)
     if choices == "paper":
@@ -367,6 +371,7 @@ def osdp_knapsack(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
         blocks = full_block_choices(tuple(group_choices(space)), ck)
     else:
         raise ValueError(f"choices must be 'paper' or 'full', not {choices!r}")
+    compose = (choices == "full" and len(blocks) > SEPARABLE_ABOVE) if separable is None else separable
     t0 = time.perf_counter()
     cands, calls, dp_s = [], 0, 0.0
     mbs, auto = micro_batch_candidates(space, hw)
@@ -374,7 +379,7 @@ def osdp_knapsack(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
         found = False
         for s in settings_for(space, hw, mb):
             c, k, d = solve_setting(spec, hw, mem_limit_bytes, s, blocks, space.roots,
-                                    separable=choices == "full")
+                                    separable=compose)
             cands.append(c)
             calls += k
             dp_s += d
