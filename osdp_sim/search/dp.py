@@ -381,7 +381,7 @@ class Engine:
         # dominance within each key
         order = np.lexsort(tuple(C[:, c] for c in range(NCOL - 1, -1, -1)) + (CK,))
         C, CK, CP, CC, LB = C[order], CK[order], CP[order], CC[order], LB[order]
-        keepmask = pareto_by_key(C, CK, top_k)
+        keepmask = pareto_by_key(C, CK, top_k, deadline)
         stats.dominated += int(len(C) - np.count_nonzero(keepmask))
         C, CK, CP, CC, LB = C[keepmask], CK[keepmask], CP[keepmask], CC[keepmask], LB[keepmask]
         if beam is not None and len(C) > beam:
@@ -405,7 +405,7 @@ def update(L: np.ndarray, D: np.ndarray, m: int) -> np.ndarray:
     return C
 
 
-def pareto_by_key(C: np.ndarray, CK: np.ndarray, top_k: int) -> np.ndarray:
+def pareto_by_key(C: np.ndarray, CK: np.ndarray, top_k: int, deadline: float | None = None) -> np.ndarray:
     """C sorted by (key, columns...). Keep the rows dominated (<= in every column) by fewer than
     top_k other rows of the same key; among equal rows the first ones are kept.
 
@@ -422,6 +422,8 @@ def pareto_by_key(C: np.ndarray, CK: np.ndarray, top_k: int) -> np.ndarray:
         ends = np.r_[starts[1:], n]
         for s, e in zip(starts, ends):
             kept_rows: list[int] = []
+            if deadline is not None and time.perf_counter() > deadline:
+                raise _Timeout
             for i in range(s, e):
                 if kept_rows:
                     dom = np.all(C[kept_rows][:, 1:] <= C[i, 1:], axis=1)
@@ -447,7 +449,9 @@ def pareto_by_key(C: np.ndarray, CK: np.ndarray, top_k: int) -> np.ndarray:
     keep[dominated] = False
     if len(unsure):
         seg_start = starts[seg]
-        for i in unsure:
+        for n_done, i in enumerate(unsure):
+            if deadline is not None and n_done % 256 == 255 and time.perf_counter() > deadline:
+                raise _Timeout
             block = C[seg_start[i]:i]
             if np.any(np.all(block[:, 1:] <= C[i, 1:], axis=1)):
                 keep[i] = False
