@@ -142,3 +142,20 @@ def test_pareto_front_points_equal_search_at_their_limit():
             assert res.estimate.samples_per_s == pytest.approx(sps, rel=1e-9)
             best = max(p[0] for p in plans if p[1] <= peak)
             assert sps == pytest.approx(best, rel=1e-9)
+
+
+def test_shared_cache_gives_the_same_optimum_at_every_limit():
+    """A sweep shares cost and stage tables between search() calls (cache=...): each call must
+    return what a fresh search returns, at limits that fit, bind and fit nothing."""
+    rng = random.Random(77)
+    for _ in range(6):
+        spec, hw, space = _instance(rng)
+        cache: dict = {}
+        for frac in (1.0, 0.6, 0.3, 0.05):
+            limit = frac * 2**30 * rng.choice([0.05, 0.5, 4.0])
+            fresh = search(spec, hw, limit, space)
+            shared = search(spec, hw, limit, space, cache=cache)
+            assert shared.status == fresh.status
+            if fresh.plan is not None:
+                assert shared.estimate.samples_per_s == pytest.approx(fresh.estimate.samples_per_s, rel=1e-12)
+        assert cache["engines"]                 # the tables were kept

@@ -105,10 +105,11 @@ def sweep_front(spec, hw, space, hi_bytes: float, limits: list, args):
     pts, evaluated, nodes, proven = [], [], 0, True
 
     least = [None]
+    cache: dict = {}                  # cost and stage tables, shared by every search() of the sweep
 
     def one(limit: float):
         nonlocal nodes, proven
-        r = search(spec, hw, limit, space, time_limit_s=args.time_limit)
+        r = search(spec, hw, limit, space, time_limit_s=args.time_limit, cache=cache)
         evaluated.extend(r.evaluated)
         nodes += r.nodes
         if r.plan is None:

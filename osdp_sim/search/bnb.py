@@ -146,10 +146,12 @@ def _finished_value(pb: Problem, f: Finished, hw: HardwareProfile) -> tuple[floa
 
 def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: SearchSpace = SearchSpace(),
            *, time_limit_s: float | None = None, top_k: int = 1, objective: str = "time",
-           progress: bool = False) -> SearchResult:
+           progress: bool = False, cache: dict | None = None) -> SearchResult:
     """The plan with the highest samples/s whose estimate() peak memory is <= mem_limit_bytes.
 
-    objective="additive": the additive surrogate (search/additive.py), for cross-checks."""
+    objective="additive": the additive surrogate (search/additive.py), for cross-checks.
+    cache: a dict shared by calls with the same spec, hw and space (a sweep over limits): the
+    cost tables and the engines' stage tables are kept in it, so later calls reuse them."""
     if objective == "additive":
         from osdp_sim.search.additive import search_additive
         return search_additive(spec, hw, mem_limit_bytes, space, top_k=top_k)
@@ -160,8 +162,9 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + time_limit_s
     pq_max = _limit_q(mem_limit_bytes, hw)
-    cache: dict = {}
-    cfgs = _configs(spec, hw, space, pq_max, cache)
+    cache = {} if cache is None else cache
+    problems, engines = cache.setdefault("problems", {}), cache.setdefault("engines", {})
+    cfgs = _configs(spec, hw, space, pq_max, problems)
     fitting = [c for c in cfgs if c.mem_lb_q <= pq_max]
     nodes = leaves = 0
     evaluated: list = []
@@ -171,7 +174,10 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         per_mb.setdefault(c.config.micro_batch, [None, True])
     # bounds per configuration
     for c in fitting:
-        c.engine = Engine(c.problem)
+        if c.config not in engines:
+            engines[c.config] = Engine(c.problem)
+        c.engine = engines[c.config]
+        c.problem = c.engine.pb
         c.ub_sps = _config_ub(c, pq_max)
     order = sorted(fitting, key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
     _progress(f"search: {len(cfgs)} configurations, {len(fitting)} may fit", progress)
@@ -211,7 +217,8 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     # the optimum of the nested space without splits is a plan of this space too
     if any(k > 1 for k in space.splits) and fitting:
         left = None if deadline is None else max(0.0, (deadline - time.perf_counter()) / 2)
-        sub = search(spec, hw, mem_limit_bytes, replace(space, splits=(1,)), time_limit_s=left, top_k=top_k)
+        sub = search(spec, hw, mem_limit_bytes, replace(space, splits=(1,)), time_limit_s=left, top_k=top_k,
+                     cache=cache.setdefault("unsplit", {}))
         nodes += sub.nodes
         by_cfg = {c.config: c for c in fitting}
         for plan, _e in sub.top:
@@ -290,7 +297,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         return SearchResult("time_limit", None, None, [], nodes, leaves, bound, math.inf, seconds,
                             "time limit reached before any plan that fits was found", math.nan,
                             per_micro_batch, evaluated, None, "time", len(cfgs), searched)
-    mp, mp_plan = min_peak(spec, hw, space, cache=cache)
+    mp, mp_plan = min_peak(spec, hw, space, cache=problems)
     msg = (f"no plan fits {mem_limit_bytes / 2**30:.2f} GiB: the least peak memory in this space is "
            f"{mp / 2**30:.2f} GiB")
     return SearchResult("infeasible", None, None, [], nodes, leaves, 0.0, math.inf, time.perf_counter() - t0,
