@@ -68,7 +68,6 @@ class _Cfg:
     mem_lb_q: float                      # least possible live-byte peak (fixed point)
     engine: Engine | None = None
     ub_sps: float = math.inf
-    refined: bool = False                # ub_sps tightened by frontier_bound
 
 
 def _limit_q(limit_bytes: float, hw: HardwareProfile) -> int:
@@ -187,7 +186,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
             return 0.0
         return sorted((f[0] for f in found), reverse=True)[top_k - 1]
 
-    def add_finished(c: _Cfg, fins: list, beam: bool):
+    def add_finished(c: _Cfg, fins: list):
         nonlocal leaves
         for f in fins:
             peak, sps = _finished_value(c.problem, f, hw)
@@ -213,7 +212,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
             for ck in c.problem.ckpt_options:
                 _path, (t_q, peak_q) = c.engine.path([i] * nb, [i] * nb, [ck] * nb)
                 fins.append(Finished(t_q, peak_q, [i] * nb, [i] * nb, [ck] * nb))
-        add_finished(c, fins, True)
+        add_finished(c, fins)
     # the optimum of the nested space without splits is a plan of this space too
     if any(k > 1 for k in space.splits) and fitting:
         left = None if deadline is None else max(0.0, (deadline - time.perf_counter()) / 2)
@@ -230,16 +229,15 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
             attn = [idx[plan.choices[ka]] for ka, _km in c.problem.keys]
             mlp = [idx[plan.choices[km]] for _ka, km in c.problem.keys]
             _p, (t_q, peak_q) = c.engine.path(attn, mlp, list(plan.checkpoint))
-            add_finished(c, [Finished(t_q, peak_q, attn, mlp, list(plan.checkpoint))], True)
+            add_finished(c, [Finished(t_q, peak_q, attn, mlp, list(plan.checkpoint))])
     # tighter configuration bounds: the last block decided exactly (Engine.frontier_bound); a
     # configuration none of whose plans can beat the incumbent is ruled out here
     for c in order:
         if deadline is not None and time.perf_counter() > deadline:
             break
         best_k = kth_best()
-        if c.ub_sps > best_k and not c.refined:
+        if c.ub_sps > best_k:
             c.ub_sps = min(c.ub_sps, _refined_ub(c, pq_max, best_k, top_k))
-            c.refined = True
     order.sort(key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
     for c in order[:3]:
         if deadline is not None and time.perf_counter() > deadline:
@@ -248,7 +246,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
             continue
         r = c.engine.run(pq_max=pq_max, beam=BEAM, deadline=deadline)
         nodes += r.stats.nodes
-        add_finished(c, r.finished, True)
+        add_finished(c, r.finished)
     open_bounds: list[float] = []
     searched = 0
 
@@ -265,7 +263,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         r = c.engine.run(pq_max=pq_max, thr_q=thr_q, top_k=top_k, deadline=deadline)
         searched += 1
         nodes += r.stats.nodes
-        add_finished(c, r.finished, False)
+        add_finished(c, r.finished)
         _progress(f"search: mb {mb} sg {c.config.shard_group} root {c.config.root}: "
                   f"{r.stats.nodes} nodes, {len(r.finished)} plans, {r.seconds:.2f} s", progress)
         if not r.complete:
@@ -307,10 +305,8 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
 def _config_ub(c: _Cfg, pq_max: float) -> float:
     """Upper bound on samples/s of any fitting plan of this configuration."""
     eng = c.engine
-    key0, lab = start_label(c.problem.root.head, c.problem.m, c.problem.s)
-    kid = eng.intern(key0)
-    L = np.array([[lab.t, lab.u, lab.v, lab.y, lab.pm, lab.m1, lab.m2]], dtype=np.int64)
-    lb, mem_lb = eng.lower_bounds(0, L, np.array([kid]), pq_max)
+    L, K = eng.start()
+    lb, mem_lb = eng.lower_bounds(0, L, K, pq_max)
     if mem_lb[0] > pq_max or not math.isfinite(lb[0]):
         return 0.0
     return c.problem.samples / (max(lb[0], 1.0) * TIME_Q)

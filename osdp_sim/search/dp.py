@@ -98,6 +98,13 @@ class Engine:
             self.keys.append(key)
         return i
 
+    def start(self) -> tuple[np.ndarray, np.ndarray]:
+        """The one label before any decision (the head's backward pending) and its key id."""
+        pb = self.pb
+        key0, lab0 = start_label(pb.root.head, pb.m, pb.s)
+        L = np.array([[lab0.t, lab0.u, lab0.v, lab0.y, lab0.pm, lab0.m1, lab0.m2]], dtype=np.int64)
+        return L, np.array([self.intern(key0)], dtype=np.int64)
+
     # ---- transitions -------------------------------------------------------------------
     def _stage(self, key_id: int, g: int, code: int) -> tuple[int, tuple]:
         """New key and deltas (see NDELTA) for decision g = code."""
@@ -213,13 +220,8 @@ class Engine:
         threshold (the Pareto search: a label is pruned when a known plan of no more memory is
         at least as fast). memory_only: dominance ignores time (least-peak search)."""
         t0 = time.perf_counter()
-        pb = self.pb
-        m = pb.m
         stats = DPStats()
-        key0, lab0 = start_label(pb.root.head, m, pb.s)
-        kid0 = self.intern(key0)
-        L = np.array([[lab0.t, lab0.u, lab0.v, lab0.y, lab0.pm, lab0.m1, lab0.m2]], dtype=np.int64)
-        K = np.array([kid0], dtype=np.int64)
+        L, K = self.start()
         history: list[tuple[np.ndarray, np.ndarray]] = []      # per gap: (parent, code) of kept labels
         n = len(self.positions)
         for g in range(n):
@@ -247,9 +249,8 @@ class Engine:
         """One plan through the same tables: [(gap, label row (1, NCOL), key id)] and the final
         (t_q, peak_q). For tests of the bounds and of the tables."""
         pb = self.pb
-        key0, lab0 = start_label(pb.root.head, pb.m, pb.s)
-        kid = self.intern(key0)
-        L = np.array([[lab0.t, lab0.u, lab0.v, lab0.y, lab0.pm, lab0.m1, lab0.m2]], dtype=np.int64)
+        L, K = self.start()
+        kid = int(K[0])
         nch = len(pb.choices)
         out = []
         for g, (kind, bi) in enumerate(self.positions):
@@ -272,22 +273,17 @@ class Engine:
         and take the least (t + bound) over the labels left. Tighter than the bound at the first
         decision, because the decided steps count exactly. Returns (bound_q, nodes); inf when no
         plan can fit or beat thr_q. Stops early (returning the bound so far) past max_labels."""
-        pb = self.pb
         stats = DPStats()
-        key0, lab0 = start_label(pb.root.head, pb.m, pb.s)
-        L = np.array([[lab0.t, lab0.u, lab0.v, lab0.y, lab0.pm, lab0.m1, lab0.m2]], dtype=np.int64)
-        K = np.array([self.intern(key0)], dtype=np.int64)
-        g = 0
-        for g in range(min(depth, len(self.positions) - 1)):
+        L, K = self.start()
+        depth = min(depth, len(self.positions) - 1)
+        for g in range(depth):
             nL, nK, _p, _c = self._expand(g, L, K, thr_q, pq_max, top_k, stats)
-            if len(nL) > max_labels:
-                break
-            L, K = nL, nK
-            if len(L) == 0:
+            if len(nL) == 0:
                 return float("inf"), stats.nodes
-        else:
-            g = min(depth, len(self.positions) - 1)
-        return self._open_bound(g, L, K, pq_max), stats.nodes
+            if len(nL) > max_labels:                    # labels waiting for g: bound them there
+                return self._open_bound(g, L, K, pq_max), stats.nodes
+            L, K = nL, nK
+        return self._open_bound(depth, L, K, pq_max), stats.nodes
 
     def _open_bound(self, g, L, K, pq_max) -> float:
         if len(L) == 0:
