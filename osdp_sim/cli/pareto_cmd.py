@@ -34,12 +34,16 @@ def run(args) -> int:
     from osdp_sim.search.baselines import UNIFORM, uniform_candidates
     from osdp_sim.search.bnb import pareto_front
     from osdp_sim.search.report import plan_oneline
-    from osdp_sim.viz.pareto import best_under, non_dominated, plot_pareto, write_front_csv
+    from osdp_sim.search.sweep import non_dominated, sweep_front
+    from osdp_sim.viz.pareto import best_under, plot_pareto, write_front_csv
 
     out = Path(args.output)
     if out.suffix.lower() != ".png":
         raise UserError(f"expected a .png path, got {args.output!r}", field="-o")
     limits = [parse_bytes(t, field="--mem-limit") for t in args.mem_limit]
+    resolution = 0 if args.resolution.strip() in ("0", "0B") else parse_bytes(args.resolution, field="--resolution")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise UserError(f"expected a positive number of seconds, got {args.time_limit}", field="--time-limit")
     hw = load_hw(args)
     spec = load_spec(args)
     space = build_space(args, spec, hw)
@@ -51,7 +55,8 @@ def run(args) -> int:
         res = pareto_front(spec, hw, space, mem_range=(0.0, hi), progress=True)
         proven = True
     else:
-        res, proven = sweep_front(spec, hw, space, hi, limits, args)
+        res, proven = sweep_front(spec, hw, space, hi, limits=tuple(limits), resolution_bytes=resolution,
+                                  time_limit_s=args.time_limit, progress=progress)
     progress(f"front of {len(res.front)} plans from {len(res.evaluated):,} evaluated in {res.seconds:.2f} s"
              + ("" if proven else "; some searches hit the time limit (points are best found, not proven)"))
     uniform = {}
@@ -89,51 +94,3 @@ def run(args) -> int:
                   f"(within {format_bytes(hi)})")
     print("wrote " + ", ".join(str(p) for p in paths + [csv_path]), file=sys.stderr)
     return 0
-
-
-def sweep_front(spec, hw, space, hi_bytes: float, limits: list, args):
-    """The front by the epsilon-constraint method: search() at hi, then just below the peak of
-    the plan it returned, and so on until nothing fits. Each call's optimum is a front point (the
-    best plan using at most that much memory), so with resolution 0 the sweep visits every front
-    point; each limit in `limits` is searched too, so the plan marked for it is exact."""
-    import math
-    import time
-
-    from osdp_sim.search.bnb import ParetoResult, search
-    resolution = 0 if args.resolution.strip() in ("0", "0B") else parse_bytes(args.resolution, field="--resolution")
-    t0 = time.perf_counter()
-    pts, evaluated, nodes, proven = [], [], 0, True
-
-    least = [None]
-    cache: dict = {}                  # cost and stage tables, shared by every search() of the sweep
-
-    def one(limit: float):
-        nonlocal nodes, proven
-        r = search(spec, hw, limit, space, time_limit_s=args.time_limit, cache=cache)
-        evaluated.extend(r.evaluated)
-        nodes += r.nodes
-        if r.plan is None:
-            proven &= r.status == "infeasible"
-            if r.status == "infeasible" and math.isfinite(r.min_peak_memory_bytes):
-                least[0] = r.min_peak_memory_bytes
-            return None
-        proven &= r.status == "optimal"
-        pts.append((r.estimate.peak_memory_bytes, r.estimate.samples_per_s, r.plan))
-        return r.estimate.peak_memory_bytes
-
-    for lim in limits:
-        one(lim)
-    limit, calls = hi_bytes, 0
-    while True:
-        peak = one(limit)
-        calls += 1
-        if peak is None:
-            # The resolution may have stepped past the leftmost point: search at the least peak.
-            if least[0] is not None and least[0] < limit + resolution and \
-                    not any(abs(p[0] - least[0]) < 1.0 for p in pts):
-                one(least[0])
-            break
-        progress(f"sweep {calls}: within {format_bytes(limit)}: {pts[-1][1]:.2f} samples/s at {format_bytes(peak)}")
-        limit = min(peak - 1.0, limit - resolution)
-    from osdp_sim.viz.pareto import non_dominated
-    return ParetoResult(non_dominated(pts), evaluated, time.perf_counter() - t0, nodes), proven

@@ -9,21 +9,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from osdp_sim.search.sweep import non_dominated  # noqa: E402
 from osdp_sim.units import GiB, format_bytes  # noqa: E402
 
 UNIFORM_STYLE = {"ddp": ("s", "#4c72b0", "uniform DDP"), "zero2": ("^", "#55a868", "uniform ZeRO-2"),
                  "zero3": ("v", "#c44e52", "uniform ZeRO-3 (FSDP)")}
 LIMIT_COLOURS = ("#8172b2", "#937860", "#da8bc3", "#8c8c8c", "#ccb974")
-
-
-def non_dominated(points: list) -> list:
-    """Points (peak_bytes, samples_per_s, ...) that no other point beats on both axes, sorted by
-    peak memory; along the result throughput strictly increases."""
-    out = []
-    for p in sorted(points, key=lambda p: (p[0], -p[1])):
-        if not out or p[1] > out[-1][1]:
-            out.append(p)
-    return out
 
 
 def best_under(front: list, limit_bytes: float):

@@ -1,0 +1,69 @@
+"""The Pareto front by the epsilon-constraint method: exact search() calls at descending memory
+limits, each just below the peak of the previous optimum. Every call's optimum is a front point
+(the fastest plan using at most that much memory). Slower than one pareto_front() pass on small
+models, but it finishes on deep ones, where the one pass does not (docs/search-usage.md)."""
+
+import math
+import time
+
+from osdp_sim.hardware.profile import HardwareProfile
+from osdp_sim.model.spec import ModelSpec
+from osdp_sim.search.bnb import ParetoResult, search
+from osdp_sim.search.space import SearchSpace
+from osdp_sim.units import format_bytes
+
+
+def non_dominated(points: list) -> list:
+    """Points (peak_bytes, samples_per_s, ...) that no other point beats on both axes, sorted by
+    peak memory; along the result throughput strictly increases."""
+    out = []
+    for p in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not out or p[1] > out[-1][1]:
+            out.append(p)
+    return out
+
+
+def sweep_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, hi_bytes: float, *,
+                limits: tuple = (), resolution_bytes: float = 0.0, time_limit_s: float | None = None,
+                progress=None) -> tuple[ParetoResult, bool]:
+    """search() at hi_bytes, then just below the peak of the plan it returned (and at least
+    resolution_bytes lower), until nothing fits; then once at the least peak if the last step
+    jumped past it. With resolution 0 every front point is visited; with R > 0 points closer
+    together than R may be skipped (each point shown is still exact). Each of `limits` is searched
+    too, so the plan marked for it is exact. The calls share their tables (search(cache=...)).
+    Returns (result, proven): proven is False when some call stopped at time_limit_s."""
+    t0 = time.perf_counter()
+    pts, evaluated = [], []
+    nodes, proven, least = 0, True, None
+    cache: dict = {}
+
+    def one(limit: float):
+        nonlocal nodes, proven, least
+        r = search(spec, hw, limit, space, time_limit_s=time_limit_s, cache=cache)
+        evaluated.extend(r.evaluated)
+        nodes += r.nodes
+        if r.plan is None:
+            proven &= r.status == "infeasible"
+            if r.status == "infeasible" and math.isfinite(r.min_peak_memory_bytes):
+                least = r.min_peak_memory_bytes
+            return None
+        proven &= r.status == "optimal"
+        pts.append((r.estimate.peak_memory_bytes, r.estimate.samples_per_s, r.plan))
+        return r.estimate.peak_memory_bytes
+
+    for lim in limits:
+        one(lim)
+    limit, calls = hi_bytes, 0
+    while True:
+        peak = one(limit)
+        calls += 1
+        if peak is None:
+            if least is not None and least < limit + resolution_bytes and \
+                    not any(abs(p[0] - least) < 1.0 for p in pts):
+                one(least)
+            break
+        if progress is not None:
+            progress(f"sweep {calls}: within {format_bytes(limit)}: {pts[-1][1]:.2f} samples/s "
+                     f"at {format_bytes(peak)}")
+        limit = min(peak - 1.0, limit - resolution_bytes)
+    return ParetoResult(non_dominated(pts), evaluated, time.perf_counter() - t0, nodes), proven
