@@ -34,6 +34,11 @@ def hetero_spec(rng: random.Random, layers: int) -> ModelSpec:
     return ModelSpec(base, tuple(units))
 
 
+def random_spec(rng: random.Random, layers: int) -> ModelSpec:
+    """Half the time blocks of different widths (hetero_spec), else identical blocks."""
+    return hetero_spec(rng, layers) if rng.random() < 0.5 else build_spec(tiny_config(rng, layers))
+
+
 def random_hw(rng: random.Random):
     dev = rng.choice([2, 4, 8])
     return simple_hw(count=dev, per_node=rng.choice([dev, max(1, dev // 2)]),

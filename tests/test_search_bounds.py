@@ -5,7 +5,7 @@ import random
 
 import numpy as np
 import pytest
-from searchfixtures import hetero_spec, random_hw, tiny_config
+from searchfixtures import random_hw, random_spec
 
 from osdp_sim.costmodel import estimate
 from osdp_sim.costmodel.fast import TIME_Q, Config, total_peak_bytes
@@ -26,7 +26,7 @@ def _instance(rng):
         spec = build_spec(with_overrides(BUILTIN[rng.choice(["gpt2-1.5b", "llama-7b"])], n_layers=rng.randint(2, 4)))
     else:
         hw = random_hw(rng)
-        spec = hetero_spec(rng, rng.randint(1, 4)) if rng.random() < 0.5 else build_spec(tiny_config(rng, rng.randint(1, 4)))
+        spec = random_spec(rng, rng.randint(1, 4))
     dev = hw.device.count
     ck = rng.choice([(False, True), (False,), (True,)])
     cfg = Config(dev, rng.randint(1, 4), rng.choice([1, 1, 2]), rng.choice([d for d in (1, 2, 4, 8, 16) if dev % d == 0]),
