@@ -119,5 +119,5 @@ def test_separable_costs_compose_block_choices_from_one_group_kind_at_a_time():
         if c.attn == groups[0] or c.mlp == groups[0]:      # one group kind differs: exact
             assert dp_s == pytest.approx(e.iteration_time_s, rel=1e-9)
             assert sep.times_s[1][i] == pytest.approx(joint.times_s[1][i], rel=1e-9)
-        else:                                              # both differ: composed, close
-            assert dp_s == pytest.approx(e.iteration_time_s, rel=0.05)
+        else:                              # both differ: composed, close (0.25% and 0.46% here)
+            assert dp_s == pytest.approx(e.iteration_time_s, rel=0.01)
