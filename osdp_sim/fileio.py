@@ -9,10 +9,15 @@ from osdp_sim.errors import UserError
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename: never half a file."""
+    """Write to a temporary file in the same folder, fsync, then rename: never half a file.
+    A folder that cannot be made or written to is a UserError naming the path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise UserError(f"cannot write here ({e.strerror}); give a path in a writable folder",
+                        source=str(path)) from None
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)

@@ -1,0 +1,30 @@
+"""fileio: atomic writes leave no temporary behind; unreadable or unwritable paths are UserErrors."""
+
+import pytest
+
+from osdp_sim.errors import UserError
+from osdp_sim.fileio import read_json, write_text_atomic
+
+
+def test_write_then_read_leaves_only_the_file(tmp_path):
+    path = tmp_path / "sub" / "a.json"
+    write_text_atomic(path, '{"x": 1}\n')
+    write_text_atomic(path, '{"x": 2}\n')                 # replaces, never appends
+    assert read_json(path, "plan") == {"x": 2}
+    assert [p.name for p in path.parent.iterdir()] == ["a.json"]
+
+
+def test_unwritable_folder_names_the_path(tmp_path):
+    (tmp_path / "afile").write_text("")
+    target = tmp_path / "afile" / "a.json"                 # a folder that is a file: fails even as root
+    with pytest.raises(UserError, match=r"afile/a\.json: cannot write here"):
+        write_text_atomic(target, "x")
+
+
+def test_read_errors_name_the_file_and_kind(tmp_path):
+    with pytest.raises(UserError, match=r"nope\.json: plan file not found"):
+        read_json(tmp_path / "nope.json", "plan")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"x":')
+    with pytest.raises(UserError, match=r"bad\.json: not valid JSON \(line 1: .*\); a partly written record\?"):
+        read_json(bad, "record", "; a partly written record?")
