@@ -393,6 +393,40 @@ def test_idle_wait_samples_the_cpus():
     assert wait_until_idle(1.0, log=None, sample_s=0.2) == 0.0      # never more than 100% busy
 
 
+def test_a_validate_past_its_time_is_stopped_and_reaped(tmp_path):
+    import os
+    import sys
+    from osdp_sim.calibrate.campaign import _run_validate
+    pid_file = tmp_path / "pid"
+    sleeper = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    with open(tmp_path / "log", "wb") as out:
+        assert _run_validate([sys.executable, "-c", sleeper], out, 3.0, None) is None
+        assert _run_validate([sys.executable, "-c", "raise SystemExit(3)"], out, 30.0, None) == 3
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+    # SIGTERM on the campaign stops it like Ctrl-C and takes validate (and so its ranks) with it
+    import signal
+    import threading
+    pid_file.unlink()
+    threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    with open(tmp_path / "log", "wb") as out, pytest.raises(KeyboardInterrupt):
+        _run_validate([sys.executable, "-c", sleeper], out, 30.0, None)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+def test_campaign_with_an_unwritable_records_dir_is_one_line(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "x", "hardware": "cpu-2core", "device": "cpu", "records_dir": str(tmp_path / "afile" / "r"),
+        "warmup": 1, "iters": 2, "runs": [{"model": "gpt2-tiny", "nproc": 2,
+                                           "plans": [{"strategy": "zero3", "micro_batch": 2}]}]}))
+    assert main(["campaign", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "records_dir: cannot create" in err
+
+
 def test_report_with_evaluated_runs(tmp_path, synthetic_runs):
     """Runs passed with --evaluate (here: 4-rank, oversubscribed) are predicted, not fitted."""
     folder = synthetic_runs[0]

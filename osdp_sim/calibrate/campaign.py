@@ -456,15 +456,7 @@ def validate_runner(c: Campaign, job: Job, *, log="stderr", nice: int | None = N
         cmd = validate_command(c, job, plan_file, threads)
         logfile = Path(tmp) / "validate.log"
         with open(logfile, "wb") as out:
-            try:
-                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        preexec_fn=(lambda: os.nice(nice)) if nice else None)
-                with _boosted(proc.pid, nice):
-                    rc = proc.wait(timeout=c.timeout_s + 120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                rc = None
+            rc = _run_validate(cmd, out, c.timeout_s + 120, nice)
         text = logfile.read_text(errors="replace")
     status = recorded_status(job.record_path)
     if status is None:
@@ -476,6 +468,31 @@ def validate_runner(c: Campaign, job: Job, *, log="stderr", nice: int | None = N
         for l in lines:
             print(f"    | {l}", file=log)
     return status
+
+
+def _run_validate(cmd: list[str], out, timeout_s: float, nice: int | None) -> int | None:
+    """Run validate to its end; its exit code, None past `timeout_s`. However this ends (timeout,
+    Ctrl-C, SIGTERM on the campaign), validate is gone after it: SIGTERM first, so its launcher
+    stops its ranks, then SIGKILL (the ranks die with it through PDEATHSIG)."""
+    from osdp_sim.runtime.launch import _install_term_handler, _restore_term_handler
+    prev_term = _install_term_handler()          # SIGTERM -> KeyboardInterrupt: the finally runs
+    proc = None
+    try:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=(lambda: os.nice(nice)) if nice else None)
+        with _boosted(proc.pid, nice):
+            return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        _restore_term_handler(prev_term)
 
 
 class _boosted:

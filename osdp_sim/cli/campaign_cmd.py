@@ -5,17 +5,28 @@ HELP = ("run a measurement campaign (validate/campaigns/*.yaml): every plan thro
         "one record each, resumable")
 
 
+def percent(text: str) -> float:
+    import argparse
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage 0-100, got {text!r}") from None
+    if not 0.0 <= v <= 100.0:
+        raise argparse.ArgumentTypeError(f"expected a percentage 0-100, got {text!r}")
+    return v
+
+
 def add_arguments(p) -> None:
     p.add_argument("campaign", metavar="FILE", help="campaign file (validate/campaigns/*.yaml)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the runs and which are recorded already; run nothing")
     p.add_argument("--retry-failed", action="store_true",
                    help="run again the runs whose record says failed, oom or timeout")
-    p.add_argument("--wait-idle", type=float, metavar="PCT", nargs="?", const=15.0,
+    p.add_argument("--wait-idle", type=percent, metavar="PCT", nargs="?", const=15.0,
                    help="before each run wait until other work keeps the CPUs at most PCT%% busy "
                         "(default 15 when given without a value): CPU timings are only comparable on an "
                         "idle machine")
-    p.add_argument("--max-foreign", type=float, metavar="PCT",
+    p.add_argument("--max-foreign", type=percent, metavar="PCT",
                    help="run again (up to 3 times) a run during which other processes used more than PCT%% "
                         "of the CPUs; every attempt is logged to <records_dir>/campaign-log.jsonl")
     p.add_argument("--nice", type=int, metavar="N",
@@ -41,6 +52,12 @@ def run(args) -> int:
             print(f"{i:3d}/{len(jobs)}  {state:8s}  {j.label}, seed {j.seed}  -> {j.record_path}")
         print(f"{len(todo)} of {len(jobs)} to run")
         return 0
+    try:
+        c.records_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from osdp_sim.errors import UserError
+        raise UserError(f"cannot create {c.records_dir} ({e.strerror}); give a writable folder",
+                        source=args.campaign, field="records_dir") from None
     max_busy = None if args.wait_idle is None else args.wait_idle / 100.0
     max_foreign = None if args.max_foreign is None else args.max_foreign / 100.0
     runner = validate_runner
