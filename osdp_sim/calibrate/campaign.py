@@ -582,15 +582,12 @@ class CpuSample:
 
 def cpu_sample() -> CpuSample | None:
     import resource
-    try:
-        with open("/proc/stat") as f:
-            vals = [int(x) for x in f.readline().split()[1:]]
-        hz = os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, AttributeError):
+    from osdp_sim.runtime.launch import machine_cpu_s
+    machine = machine_cpu_s()
+    if machine is None:
         return None
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return CpuSample(time.monotonic(), (sum(vals[:8]) - idle) / hz, ru.ru_utime + ru.ru_stime)
+    return CpuSample(time.monotonic(), machine[0], ru.ru_utime + ru.ru_stime)
 
 
 def foreign_cpu_fraction(before: CpuSample | None, after: CpuSample | None) -> float | None:
@@ -606,18 +603,13 @@ def foreign_cpu_fraction(before: CpuSample | None, after: CpuSample | None) -> f
 
 def cpu_busy_fraction(sample_s: float = 2.0) -> float | None:
     """Fraction of all cores busy over `sample_s` seconds (Linux /proc/stat), None elsewhere."""
-    def read():
-        with open("/proc/stat") as f:
-            vals = [int(x) for x in f.readline().split()[1:]]
-        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-        return sum(vals), idle
-    try:
-        t0, i0 = read()
-        time.sleep(sample_s)
-        t1, i1 = read()
-    except (OSError, ValueError):
+    from osdp_sim.runtime.launch import machine_cpu_s
+    before = machine_cpu_s()
+    time.sleep(sample_s)
+    after = machine_cpu_s()
+    if before is None or after is None or after[1] <= before[1]:
         return None
-    return 1.0 - (i1 - i0) / (t1 - t0) if t1 > t0 else None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 def wait_until_idle(max_busy: float, *, log="stderr", poll_s: float = 10.0, sample_s: float = 2.0) -> float:

@@ -96,16 +96,26 @@ def _load_avg() -> float | None:
         return None
 
 
+def machine_cpu_s() -> tuple[float, float] | None:
+    """(busy, total) core-seconds all of the machine's CPUs have run since boot (Linux /proc/stat;
+    iowait counts as idle); None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:9]]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    return (sum(vals) - idle) / hz, sum(vals) / hz
+
+
 def _cpu_account() -> tuple[float, float, float] | None:
     """(machine busy core-seconds, this process's and its reaped children's CPU seconds, wall)."""
     import resource
-    try:
-        with open("/proc/stat") as f:
-            vals = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
+    machine = machine_cpu_s()
+    if machine is None:
         return None
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    busy_s = (sum(vals[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    busy_s = machine[0]
     ours = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         r = resource.getrusage(who)
