@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from osdp_sim.calibrate import analysis
-from osdp_sim.calibrate.fit import FitResult, Prediction, fit, predict_runs
+from osdp_sim.calibrate.fit import STARTS, FitResult, Prediction, fit, predict_runs
 from osdp_sim.calibrate.loo import LooResult, leave_one_out
 from osdp_sim.calibrate.runs import Run, base_names
 from osdp_sim.hardware.profile import HardwareProfile
@@ -57,7 +57,7 @@ class Calibration:
 
 def calibrate(profile: HardwareProfile, runs, *, excluded=(), eval_runs=(), loss: str = "soft_l1",
               params=None, loo: bool = True, limits=(), command: str = "", record_dirs=(),
-              name: str | None = None, progress="stderr", starts: int = 8) -> Calibration:
+              name: str | None = None, progress="stderr", starts: int = STARTS) -> Calibration:
     progress = sys.stderr if progress == "stderr" else progress
     if progress:
         print(f"osdp-sim calibrate: fitting {len(runs)} runs", file=progress, flush=True)
@@ -107,7 +107,7 @@ def error_block(cal: Calibration, kind: str) -> dict:
     return out
 
 
-def provenance(cal: Calibration, base_name: str, starts: int = 8) -> dict:
+def provenance(cal: Calibration, base_name: str, starts: int = STARTS) -> dict:
     """What the calibrated profile was fitted on, kept in its provenance. The profile's previous
     provenance (how it was measured) stays beside it under its own keys."""
     r = cal.result

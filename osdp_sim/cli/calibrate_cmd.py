@@ -5,6 +5,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from osdp_sim.cli.common import positive_int
 from osdp_sim.fileio import write_text_atomic
 
 HELP = ("fit a hardware profile's efficiency, latency, overlap and memory coefficients to measured "
@@ -32,13 +33,14 @@ def add_arguments(p) -> None:
                    help="memory limits for the search-pick check (default: two per model, between the "
                         "smallest and largest measured peak)")
     p.add_argument("--no-loo", action="store_true", help="skip leave-one-out (faster, less honest)")
-    p.add_argument("--starts", type=int, default=8, metavar="N",
+    p.add_argument("--starts", type=positive_int, metavar="N",
                    help="fit the time coefficients from N starting points (the prior and N-1 drawn from "
-                        "it, fixed seed) and keep the best; default 8")
+                        "it, fixed seed) and keep the best; default calibrate/fit.py's STARTS (8)")
 
 
 def run(args) -> int:
     from osdp_sim.calibrate.calibration import calibrate
+    from osdp_sim.calibrate.fit import STARTS
     from osdp_sim.calibrate.params import select_params
     from osdp_sim.calibrate.report import render, write_plot
     from osdp_sim.calibrate.runs import load_runs
@@ -66,7 +68,7 @@ def run(args) -> int:
         if len(sys.argv) > 1 and sys.argv[1] == "calibrate" else ""
     cal = calibrate(profile, runs, excluded=excluded, eval_runs=eval_runs, loss=args.loss, params=params,
                     loo=not args.no_loo, limits=limits, command=command, record_dirs=args.records,
-                    name=args.name, starts=max(1, args.starts))
+                    name=args.name, starts=args.starts or STARTS)
     out = Path(args.output)
     save_profile(cal.result.profile, out,
                  header_comment=f"Calibrated by osdp-sim calibrate on {len(runs)} runs ({cal.date}).\n"
