@@ -344,11 +344,6 @@ def _kept(st: StepCost, ckpt: bool, first: bool, ck: float) -> float:
     return k
 
 
-def regathers(steps: tuple) -> bool:
-    """Some unit of these steps is gathered again for backward (ZeRO-3, ddp, any split)."""
-    return any(st.z3 for st in steps)
-
-
 def mlp_first(mlp: tuple, pend: Pending) -> bool:
     """A checkpointed block can be processed one group at a time ("ckmlp", "ckattn") when its MLP
     re-gathers something with nonzero work and the step before it in backward has a reduction:
