@@ -39,7 +39,11 @@ def main() -> int:
                        f"validate/plans/{plan}.json", "--hw", args.hw, "--warmup", "3", "--iters", "10",
                        "--seed", seed, "-o", str(out)]
                 print(f"{plan} seed {seed} try {attempt}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
-                subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
+                (ROOT / out).unlink(missing_ok=True)      # never judge this try by an older record
+                rc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL).returncode
+                if not (ROOT / out).exists():
+                    print(f"  validate exited {rc} without a record", file=sys.stderr, flush=True)
+                    continue
                 other = load_record(ROOT / out).data["env"].get("other_cpu_fraction")
                 print(f"  other work took {other} of the cores", file=sys.stderr, flush=True)
                 if other is not None and other <= args.max_other:
