@@ -32,6 +32,19 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def check_writable(path: str | os.PathLike, field: str | None = None) -> None:
+    """Make the folder of `path` and check it can be written, before long work that ends in a
+    write: a UserError now rather than a lost result later."""
+    folder = Path(path).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        why = f"{folder} is a file" if folder.is_file() else e.strerror
+        raise UserError(f"cannot create its folder ({why})", source=str(path), field=field) from None
+    if not os.access(folder, os.W_OK):
+        raise UserError("its folder is not writable", source=str(path), field=field)
+
+
 def read_json(path: str | os.PathLike, kind: str, hint: str = ""):
     """Parsed JSON of a file, or a UserError naming the file ("plan file not found", ...)."""
     src = str(path)

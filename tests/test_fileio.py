@@ -28,3 +28,12 @@ def test_read_errors_name_the_file_and_kind(tmp_path):
     bad.write_text('{"x":')
     with pytest.raises(UserError, match=r"bad\.json: not valid JSON \(line 1: .*\); a partly written record\?"):
         read_json(bad, "record", "; a partly written record?")
+
+
+def test_check_writable_makes_the_folder_or_names_the_problem(tmp_path):
+    from osdp_sim.fileio import check_writable
+    check_writable(tmp_path / "new" / "out.yaml", "-o")
+    assert (tmp_path / "new").is_dir()
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(UserError, match=r"afile/out\.yaml: -o: cannot create its folder \(.*afile is a file\)"):
+        check_writable(tmp_path / "afile" / "out.yaml", "-o")

@@ -1,12 +1,11 @@
 """`osdp-sim calibrate`: fit a hardware profile's coefficients to validation records."""
 
-import os
 import shlex
 import sys
 from pathlib import Path
 
 from osdp_sim.cli.common import positive_int
-from osdp_sim.fileio import write_text_atomic
+from osdp_sim.fileio import check_writable, write_text_atomic
 
 HELP = ("fit a hardware profile's efficiency, latency, overlap and memory coefficients to measured "
         "runs (validation records); report errors before, after and leave-one-out")
@@ -50,7 +49,7 @@ def run(args) -> int:
 
     for path, flag in ((args.output, "-o"), (args.report, "--report"), (args.plot, "--plot")):
         if path:
-            _check_writable(Path(path), flag)       # before the fit, not after minutes of it
+            check_writable(path, flag)       # before the fit, not after minutes of it
     profile = load_profile(args.hw)
     limits = [parse_bytes(s, field="--mem-limit") for s in args.mem_limit]
     params = select_params(profile, args.params, args.free)
@@ -94,16 +93,6 @@ def write_report(path: Path, text: str) -> None:
         if KEEP_MARKER in old:
             head = old.split(KEEP_MARKER, 1)[0] + KEEP_MARKER + "\n\n"
     write_text_atomic(path, head + text)
-
-
-def _check_writable(path: Path, flag: str) -> None:
-    from osdp_sim.errors import UserError
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create its folder ({e.strerror})", source=str(path), field=flag) from None
-    if not os.access(path.parent, os.W_OK):
-        raise UserError("its folder is not writable", source=str(path), field=flag)
 
 
 def _summary(cal, out: Path, args) -> None:

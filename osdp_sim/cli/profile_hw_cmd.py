@@ -10,6 +10,7 @@ import sys
 import time
 
 from osdp_sim.errors import UserError
+from osdp_sim.fileio import check_writable
 from osdp_sim.units import format_bytes, parse_bytes
 
 HELP = "measure this machine (GEMM, memory bandwidth, collectives, overlap) and write a hardware profile"
@@ -47,6 +48,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     cfg, name = _config(args)
+    check_writable(args.output, "-o")         # before minutes of measuring, not after
     torchrun = _under_torchrun()
     if torchrun:
         cfg = _with(cfg, nproc=int(os.environ["WORLD_SIZE"]))
