@@ -43,7 +43,7 @@ from pathlib import Path
 import yaml
 
 from osdp_sim.errors import UserError
-from osdp_sim.plan.plan import OPTIMIZERS, PRECISIONS, SPLITS, STRATEGIES, GroupChoice, Plan
+from osdp_sim.plan.plan import OPTIMIZERS, PRECISIONS, SPLITS, STRATEGIES, Plan
 
 DEVICES = ("cpu", "cuda")
 BACKENDS = ("fsdp2", "fairscale")
@@ -656,10 +656,9 @@ def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = Fa
         for attempt in range(1, attempts + 1):
             if max_busy is not None:
                 wait_until_idle(max_busy, log=log)
-            before = cpu_sample()
+            t0, before = time.monotonic(), cpu_sample()
             status = runner(c, job, log=log)
-            after = cpu_sample()
-            wall = (after.wall_s - before.wall_s) if before and after else 0.0
+            wall, after = time.monotonic() - t0, cpu_sample()
             foreign = foreign_cpu_fraction(before, after)
             _log_attempt(c, job, status, attempt, wall, foreign, log_extra)
             disturbed = (max_foreign is not None and foreign is not None and foreign > max_foreign
