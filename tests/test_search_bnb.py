@@ -15,6 +15,7 @@ from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import build_spec
 from osdp_sim.plan.plan import STRATEGIES
+from osdp_sim.search import bnb
 from osdp_sim.search.bnb import pareto_front, search
 from osdp_sim.search.space import SearchSpace, group_choices
 
@@ -52,9 +53,14 @@ def _same_plan(a, b):
 
 
 @pytest.mark.parametrize("chunk", range(4))
-def test_search_equals_brute_force(chunk):
+@pytest.mark.parametrize("probe", ["default", "graph"])
+def test_search_equals_brute_force(chunk, probe, monkeypatch):
+    """probe="graph": no probe with the relaxed bounds, so every configuration that is not ruled
+    out goes through the key graph (keygraph.py) and the exact search on it."""
+    if probe == "graph":
+        monkeypatch.setattr(bnb, "PROBE_NODES", 0)
     rng = random.Random(1000 + chunk)
-    checked = unique = infeasible = 0
+    checked = unique = infeasible = graphs = 0
     for _ in range(N_INSTANCES // 4):
         spec, hw, space = _instance(rng)
         plans = _brute(spec, hw, space)
@@ -62,7 +68,9 @@ def test_search_equals_brute_force(chunk):
         r = rng.random()
         limit = peaks[0] * 0.98 if r < 0.1 else peaks[rng.randrange(len(peaks))] * rng.choice([1.0, 1.0 + 1e-7])
         feas = sorted((p for p in plans if p[1] <= limit), key=lambda p: -p[0])
-        res = search(spec, hw, limit, space)
+        cache: dict = {}
+        res = search(spec, hw, limit, space, cache=cache)
+        graphs += sum(e.graph is not None for e in cache["engines"].values())
         if not feas:
             infeasible += 1
             assert res.status == "infeasible"
@@ -78,9 +86,13 @@ def test_search_equals_brute_force(chunk):
             assert _same_plan(res.plan, feas[0][2])
     assert checked + infeasible == N_INSTANCES // 4
     assert unique > 0 and infeasible > 0
+    assert (graphs > 0) == (probe == "graph")
 
 
-def test_top_k_sorted_and_equal_to_brute_force():
+@pytest.mark.parametrize("probe", ["default", "graph"])
+def test_top_k_sorted_and_equal_to_brute_force(probe, monkeypatch):
+    if probe == "graph":
+        monkeypatch.setattr(bnb, "PROBE_NODES", 0)
     rng = random.Random(77)
     for _ in range(6):
         spec, hw, space = _instance(rng)

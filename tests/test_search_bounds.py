@@ -77,3 +77,69 @@ def test_frontier_bound_admissible_and_at_least_the_first_bound(seed):
             assert lb_thr <= t_q
             tighter += lb > first[0] + 1
     assert tighter > 0                     # the refinement does tighten somewhere
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_key_graph_bound_admissible_and_tighter(seed):
+    """With a key graph (keygraph.py) built for a limit and a threshold that a random plan meets
+    (its own peak; its time + 1), the bounds stay admissible along that plan, at every decision,
+    and are never looser than the relaxed ones; the same without limit or threshold."""
+    rng = random.Random(500 + seed)
+    built = 0
+    for _ in range(20):
+        _spec, _hw, pb, (attn, mlp, ck) = _instance(rng)
+        eng = Engine(pb)
+        path, (t_q, peak_q) = eng.path(attn, mlp, ck)
+        for limit, thr in ((peak_q, t_q + 1), (float("inf"), float("inf"))):
+            eng.graph, eng.graph_too_large = None, False
+            if not eng.build_graph(limit, thr, max_keys=400):
+                assert eng.graph_too_large          # no deadline was given: the only other reason
+                continue
+            built += 1
+            for g, L, k in path:
+                lb0, mem0 = eng.lower_bounds(g, L, np.array([k]), limit, graph=None)
+                lb, mem_lb = eng.lower_bounds(g, L, np.array([k]), limit, graph=eng.graph)
+                assert lb[0] <= t_q
+                assert mem_lb[0] <= peak_q
+                assert lb[0] >= lb0[0] and mem_lb[0] >= mem0[0]
+    assert built >= 10
+
+
+def test_key_graph_drops_nodes_no_plan_beating_the_threshold_passes():
+    """Built with a threshold below the best time, the graph keeps no path: the bound at the
+    start is infinite (the configuration is ruled out)."""
+    rng = random.Random(11)
+    hw = random_hw(rng)
+    spec = random_spec(rng, 2)
+    cfg = Config(hw.device.count, 2, 1, hw.device.count, "bf16", "adamw", "zero3")
+    pb = build_problem(spec, hw, cfg, group_choices(SearchSpace(splits=(1, 2))), (False, True))
+    eng = Engine(pb)
+    assert eng.build_graph(float("inf"))
+    L, K = eng.start()
+    best = eng.lower_bounds(0, L, K, float("inf"), graph=eng.graph)[0][0] + eng.bounds.t_margin
+    eng.graph = None
+    assert eng.build_graph(float("inf"), best - 10)
+    assert np.isinf(eng.lower_bounds(0, L, K, float("inf"), graph=eng.graph)[0][0])
+
+
+def test_key_graph_time_to_go_is_the_least_time_over_all_plans():
+    """Without a memory limit the graph's bound at the start is exactly the least iteration time
+    over every plan (brute force over a 6-choice space, 1-2 blocks), and its memory part the
+    least sum of resident + kept bytes: the graph carries no relaxation."""
+    import itertools
+    choices = group_choices(SearchSpace(splits=(1, 2)))
+    rng = random.Random(7)
+    for nb in (1, 2, 2):
+        hw = random_hw(rng)
+        spec = random_spec(rng, nb)
+        cfg = Config(hw.device.count, rng.randint(1, 3), 1, hw.device.count, "bf16", "adamw", rng.choice(["zero2", "zero3"]))
+        pb = build_problem(spec, hw, cfg, choices, (False, True))
+        eng = Engine(pb)
+        assert eng.build_graph(float("inf"))
+        L, K = eng.start()
+        bnd = eng.bounds
+        lb, _m = eng.lower_bounds(0, L, K, float("inf"), graph=eng.graph)
+        per_block = list(itertools.product(range(len(choices)), range(len(choices)), (False, True)))
+        best = min(eng.path([a for a, _m, _c in p], [m for _a, m, _c in p], [c for _a, _m, c in p])[1][0]
+                   for p in itertools.product(per_block, repeat=len(pb.blocks)))
+        assert lb[0] + bnd.t_margin == pytest.approx(best, abs=2)

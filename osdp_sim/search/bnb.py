@@ -28,6 +28,7 @@ from osdp_sim.search.space import (SearchSpace, devices_of, grad_accum_of, group
 
 EVALUATED_CAP = 20000
 BEAM = 64
+PROBE_NODES = 500_000                     # labels the exact search may create before the key graph is built
 REFINE_DEPTH = 2                         # decisions expanded exactly for a configuration's bound (the last block)
 MAX_MICRO_BATCH = 4096
 
@@ -174,12 +175,12 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     # bounds per configuration
     for c in fitting:
         if c.config not in engines:
-            engines[c.config] = Engine(c.problem)
+            engines[c.config] = Engine(c.problem, cache.setdefault("stages", {}))
         c.engine = engines[c.config]
         c.problem = c.engine.pb
         c.ub_sps = _config_ub(c, pq_max)
     order = sorted(fitting, key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
-    _progress(f"search: {len(cfgs)} configurations, {len(fitting)} may fit", progress)
+    _progress(f"search [{time.perf_counter() - t0:.1f} s]: {len(cfgs)} configurations, {len(fitting)} may fit", progress)
 
     def kth_best() -> float:
         if len(found) < top_k:
@@ -239,37 +240,81 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         if c.ub_sps > best_k:
             c.ub_sps = min(c.ub_sps, _refined_ub(c, pq_max, best_k, top_k))
     order.sort(key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
-    for c in order[:3]:
-        if deadline is not None and time.perf_counter() > deadline:
-            break
-        if c.ub_sps <= kth_best():
-            continue
-        r = c.engine.run(pq_max=pq_max, beam=BEAM, deadline=deadline)
-        nodes += r.stats.nodes
-        add_finished(c, r.finished)
     open_bounds: list[float] = []
     searched = 0
 
+    def thr_of(c: _Cfg, sps: float) -> float:
+        return (c.problem.samples / sps / TIME_Q) if sps > 0 else math.inf
+
+    # Per configuration, best bound first: a deterministic probe of the exact search with the
+    # relaxed bounds (enough when the plans near the optimum are few, e.g. without splits);
+    # otherwise the key graph (keygraph.py: exact time-to-go), a bound from it, and a beam run
+    # on it for a better incumbent. Exact searches on the graph then follow, best bound first.
+    exact_left: list = []
+    _progress(f"search [{time.perf_counter() - t0:.1f} s]: incumbent {kth_best():.4g} samples/s, "
+              f"{sum(c.ub_sps > kth_best() for c in order)} configurations may beat it", progress)
     for i, c in enumerate(order):
         best_k = kth_best()
-        mb = c.config.micro_batch
         if c.ub_sps <= best_k:
             continue
         if deadline is not None and time.perf_counter() > deadline:
             open_bounds.extend(x.ub_sps for x in order[i:] if x.ub_sps > best_k)
             break
+        r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, best_k), top_k=top_k, deadline=deadline,
+                         max_nodes=PROBE_NODES)
+        nodes += r.stats.nodes
+        add_finished(c, r.finished)
+        if r.complete:
+            per_mb[c.config.micro_batch][1] = False
+            searched += 1
+            _progress(f"search [{time.perf_counter() - t0:.1f} s]: mb {c.config.micro_batch} sg {c.config.shard_group} root {c.config.root}: "
+                      f"exact with the relaxed bounds, {r.stats.nodes} nodes, {r.seconds:.2f} s", progress)
+            c.ub_sps = 0.0                                   # done: its plans are in `found`
+            continue
+        best_k = kth_best()
+        if c.engine.build_graph(pq_max, thr_of(c, best_k), deadline):
+            c.ub_sps = min(c.ub_sps, _config_ub(c, pq_max, thr_of(c, best_k)))
+            if c.ub_sps > best_k:
+                c.ub_sps = min(c.ub_sps, _refined_ub(c, pq_max, best_k, top_k))
+            if c.ub_sps > best_k:
+                r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, best_k), beam=BEAM, deadline=deadline)
+                nodes += r.stats.nodes
+                add_finished(c, r.finished)
+            _progress(f"search [{time.perf_counter() - t0:.1f} s]: mb {c.config.micro_batch} sg {c.config.shard_group} root {c.config.root}: "
+                      f"key graph of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
+                      f"best {kth_best():.4g}", progress)
+        elif not c.engine.graph_too_large:                     # the deadline passed
+            open_bounds.extend(x.ub_sps for x in order[i:] if x.ub_sps > best_k)
+            break
+        else:
+            _progress(f"search [{time.perf_counter() - t0:.1f} s]: mb {c.config.micro_batch} sg {c.config.shard_group} root {c.config.root}: "
+                      f"key graph too large, relaxed bounds only", progress)
+        exact_left.append(c)
+    # those with a graph first: their searches are short and may raise the incumbent
+    exact_left.sort(key=lambda c: (c.engine.graph is None, -c.ub_sps, c.config.micro_batch,
+                                   c.config.shard_group, c.config.root))
+    if open_bounds:                                  # stopped above: these were not searched
+        open_bounds.extend(x.ub_sps for x in exact_left if x.ub_sps > kth_best())
+        exact_left = []
+    for i, c in enumerate(exact_left):
+        best_k = kth_best()
+        mb = c.config.micro_batch
+        if c.ub_sps <= best_k:
+            continue
+        if deadline is not None and time.perf_counter() > deadline:
+            open_bounds.extend(x.ub_sps for x in exact_left[i:] if x.ub_sps > best_k)
+            break
         per_mb[mb][1] = False
-        thr_q = (c.problem.samples / best_k / TIME_Q) if best_k > 0 else math.inf
-        r = c.engine.run(pq_max=pq_max, thr_q=thr_q, top_k=top_k, deadline=deadline)
+        r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, best_k), top_k=top_k, deadline=deadline)
         searched += 1
         nodes += r.stats.nodes
         add_finished(c, r.finished)
-        _progress(f"search: mb {mb} sg {c.config.shard_group} root {c.config.root}: "
+        _progress(f"search [{time.perf_counter() - t0:.1f} s]: mb {mb} sg {c.config.shard_group} root {c.config.root}: "
                   f"{r.stats.nodes} nodes, {len(r.finished)} plans, {r.seconds:.2f} s", progress)
         if not r.complete:
             if math.isfinite(r.open_bound_q):
                 open_bounds.append(c.problem.samples / (r.open_bound_q * TIME_Q))
-            open_bounds.extend(x.ub_sps for x in order[i + 1:] if x.ub_sps > kth_best())
+            open_bounds.extend(x.ub_sps for x in exact_left[i + 1:] if x.ub_sps > kth_best())
             break
     for sps, peak, _o, c, f, _k in found:
         cur = per_mb[c.config.micro_batch][0]
@@ -302,11 +347,12 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
                         msg, mp, per_micro_batch, evaluated, mp_plan, "time", len(cfgs), searched)
 
 
-def _config_ub(c: _Cfg, pq_max: float) -> float:
-    """Upper bound on samples/s of any fitting plan of this configuration."""
+def _config_ub(c: _Cfg, pq_max: float, thr_q: float = math.inf) -> float:
+    """Upper bound on samples/s of any fitting plan of this configuration faster than thr_q."""
     eng = c.engine
     L, K = eng.start()
-    lb, mem_lb = eng.lower_bounds(0, L, K, pq_max)
+    graph = eng.graph if eng.graph is not None and eng.graph.covers(pq_max, thr_q) else None
+    lb, mem_lb = eng.lower_bounds(0, L, K, pq_max, graph=graph)
     if mem_lb[0] > pq_max or not math.isfinite(lb[0]):
         return 0.0
     return c.problem.samples / (max(lb[0], 1.0) * TIME_Q)

@@ -23,6 +23,7 @@ import numpy as np
 
 from osdp_sim.costmodel.fast import NEG, mlp_first, stage, start_label
 from osdp_sim.search.bounds import Bounds
+from osdp_sim.search.keygraph import KeyGraph, Timeout, TooLarge, lambda_grid
 from osdp_sim.search.problem import Problem
 
 NCOL = 7            # t, u, v, y, pm, m1, m2
@@ -74,8 +75,12 @@ class DPResult:
 class Engine:
     """Transition tables of one problem, shared by every run on it."""
 
-    def __init__(self, pb: Problem):
+    def __init__(self, pb: Problem, stage_memo: dict | None = None):
+        """stage_memo: stage results shared between engines (stage() is a pure function of the
+        key, the steps and the slowdown; configurations that differ only in the root strategy
+        meet the same keys after the last block)."""
         self.pb = pb
+        self.memo = {} if stage_memo is None else stage_memo
         self.positions = positions_of(pb)
         self.bounds = Bounds(pb, self.positions)
         self.keys: list[tuple] = []                 # id -> key
@@ -86,9 +91,34 @@ class Engine:
         self.single: dict = {}
         self.kconst: dict = {}
         self.stats_transitions = 0
+        self.graph: KeyGraph | None = None          # exact time-to-go (keygraph.py), once built
+        self.graph_too_large = False
+        self.active: KeyGraph | None = None         # the graph the current run may use
         nchoice = len(pb.choices)
         self.codes_nc = list(range(nchoice)) if False in pb.ckpt_options else []
         self.codes_ck = list(range(nchoice, 2 * nchoice)) if True in pb.ckpt_options else []
+
+    def build_graph(self, pq_max: float, thr_q: float = float("inf"), deadline: float | None = None,
+                    max_keys: int | None = None) -> bool:
+        """Build the key graph (keygraph.py) for runs with limit <= pq_max and threshold <= thr_q;
+        run() and frontier_bound() use it from then on. False when the deadline passed first or
+        the graph is too large (the search then keeps the relaxed bounds)."""
+        if self.graph is not None and self.graph.covers(pq_max, thr_q):
+            return True
+        if self.graph_too_large:
+            return False
+        try:
+            self.graph = KeyGraph(self, lambda_grid(self.bounds.j_lam), pq_max, thr_q, deadline, max_keys)
+        except TooLarge:
+            self.graph_too_large = True
+            return False
+        except Timeout:
+            return False
+        return True
+
+    def _use_graph(self, pq_max: float, thr_q: float) -> None:
+        g = self.graph
+        self.active = g if g is not None and g.covers(pq_max, thr_q) else None
 
     def intern(self, key: tuple) -> int:
         i = self.key_ids.get(key)
@@ -106,6 +136,13 @@ class Engine:
         return L, np.array([self.intern(key0)], dtype=np.int64)
 
     # ---- transitions -------------------------------------------------------------------
+    def _st(self, key: tuple, steps: tuple, kind: str, ck: float = 0.0):
+        mk = (key, steps, kind, self.pb.s, ck)
+        out = self.memo.get(mk)
+        if out is None:
+            out = self.memo[mk] = stage(key, steps, kind, self.pb.s, ck)
+        return out
+
     def _stage(self, key_id: int, g: int, code: int) -> tuple[int, tuple]:
         """New key and deltas (see NDELTA) for decision g = code."""
         pb = self.pb
@@ -113,15 +150,15 @@ class Engine:
         key = self.keys[key_id]
         nchoice = len(pb.choices)
         if kind == "embed":
-            out = stage(key, (pb.root.embed,), "embed", pb.s)
+            out = self._st(key, (pb.root.embed,), "embed")
         else:
             b = pb.blocks[bi]
             if kind == "mlp":
                 opt = pb.shapes[b.mlp_shape][code % nchoice]
                 if code < nchoice:
-                    out = stage(key, opt.steps, "group", pb.s)
+                    out = self._st(key, opt.steps, "group")
                 elif mlp_first(opt.steps, key[0]):
-                    out = stage(key, opt.steps, "ckmlp", pb.s, b.ck)
+                    out = self._st(key, opt.steps, "ckmlp", b.ck)
                     self.stats_transitions += 1
                     return self.intern(("C", self.intern(out.key))), self._deltas(out)
                 else:                                       # checkpointed: the whole block later
@@ -130,11 +167,11 @@ class Engine:
                 aopt = pb.shapes[b.attn_shape][code]
                 if key[0] == "D":
                     mopt = pb.shapes[b.mlp_shape][key[2]]
-                    out = stage(self.keys[key[1]], aopt.steps + mopt.steps, "ckpt", pb.s, b.ck)
+                    out = self._st(self.keys[key[1]], aopt.steps + mopt.steps, "ckpt", b.ck)
                 elif key[0] == "C":
-                    out = stage(self.keys[key[1]], aopt.steps, "ckattn", pb.s, b.ck)
+                    out = self._st(self.keys[key[1]], aopt.steps, "ckattn", b.ck)
                 else:
-                    out = stage(key, aopt.steps, "group", pb.s)
+                    out = self._st(key, aopt.steps, "group")
         self.stats_transitions += 1
         return self.intern(out.key), self._deltas(out)
 
@@ -194,9 +231,12 @@ class Engine:
             self.kconst[ck] = r
         return r
 
-    def lower_bounds(self, g: int, C: np.ndarray, CK: np.ndarray, pq_max: float):
-        """(time lower bound, memory lower bound) of labels C with keys CK waiting for g."""
+    def lower_bounds(self, g: int, C: np.ndarray, CK: np.ndarray, pq_max: float, graph="active"):
+        """(time lower bound, memory lower bound) of labels C with keys CK waiting for g.
+        graph: a KeyGraph to tighten them with (default: the one the current run may use)."""
         bnd = self.bounds
+        if graph == "active":
+            graph = self.active
         ukey, kinv = np.unique(CK, return_inverse=True)
         infos = [self.key_bound_at(int(k), g) for k in ukey]
         KC = np.stack([x[0] for x in infos])[kinv]               # (N, J)
@@ -208,24 +248,33 @@ class Engine:
             lb = np.max(KC - bnd.j_lam[None, :] * budget[:, None], axis=1)
         else:
             lb = np.max(KC[:, bnd.j_lam == 0.0], axis=1)
+        if graph is not None:
+            # both bounds are valid; the graph's is the tighter one almost everywhere
+            lb_g, mem_g = graph.bounds(g, CK, C[:, 1] - bnd.m_margin, pq_max)
+            lb = np.maximum(lb, lb_g)
+            mem_lb = np.maximum(mem_lb, C[:, 1] + mem_g - bnd.m_margin)
         return C[:, 0] + lb - bnd.t_margin, mem_lb
 
     # ---- the search --------------------------------------------------------------------------
     def run(self, *, thr_q: float = float("inf"), pq_max: float = float("inf"), top_k: int = 1,
             deadline: float | None = None, keep_finished: bool = True,
-            beam: int | None = None, thr_fn=None, memory_only: bool = False) -> DPResult:
+            beam: int | None = None, thr_fn=None, memory_only: bool = False,
+            max_nodes: int | None = None) -> DPResult:
         """Labels whose time bound is >= thr_q or whose memory bound exceeds pq_max are pruned.
         beam: keep only that many labels (least time bound first) per decision: a heuristic, not
         exact; the search uses it to find an incumbent. thr_fn(mem_lb) -> per-label time
         threshold (the Pareto search: a label is pruned when a known plan of no more memory is
-        at least as fast). memory_only: dominance ignores time (least-peak search)."""
+        at least as fast). memory_only: dominance ignores time (least-peak search). max_nodes:
+        stop (incomplete) once more labels than that were created: a deterministic budget."""
         t0 = time.perf_counter()
         stats = DPStats()
+        self._use_graph(pq_max, thr_q if thr_fn is None else float("inf"))
         L, K = self.start()
         history: list[tuple[np.ndarray, np.ndarray]] = []      # per gap: (parent, code) of kept labels
         n = len(self.positions)
         for g in range(n):
-            if deadline is not None and time.perf_counter() > deadline:
+            if (deadline is not None and time.perf_counter() > deadline) or \
+                    (max_nodes is not None and stats.nodes > max_nodes):
                 lb = self._open_bound(g, L, K, pq_max)
                 return DPResult([], stats, False, lb, time.perf_counter() - t0)
             try:
@@ -274,6 +323,7 @@ class Engine:
         decision, because the decided steps count exactly. Returns (bound_q, nodes); inf when no
         plan can fit or beat thr_q. Stops early (returning the bound so far) past max_labels."""
         stats = DPStats()
+        self._use_graph(pq_max, thr_q)
         L, K = self.start()
         depth = min(depth, len(self.positions) - 1)
         for g in range(depth):

@@ -1,0 +1,152 @@
+"""Exact time-to-go over the key graph of one problem: a lower bound with no overlap relaxation.
+
+A label's future depends only on its key (dp.py), and a stage's time and its resident + kept
+bytes S are functions of (key, decision) alone: the label adds m * dt + opt to t and S to every
+event already counted (fast.apply: U' >= U + S). So the decisions form a layered graph whose
+nodes are (decision, key) and whose edges carry (time, S), and for a label (t, U) with key k
+waiting for decision g and any lambda >= 0, every completion that fits the limit pq has
+sum S <= pq - U, hence
+
+    T_rest >= min over paths from (g, k) of sum(time + lambda S) - lambda (pq - U)
+            = H_lambda(g, k) - lambda (pq - U),
+
+and the final peak >= U + M(g, k), M the least sum of S over paths. H_lambda and M are computed
+exactly by one backward pass over the graph (a shortest path on a DAG), so the time part of the
+bound carries every interaction of the two-stream schedule across blocks (the queue a partly
+sharded choice leaves behind, the gathers waiting behind it): what bounds.py prices by
+relaxation is priced here at its simulated cost.
+
+Which nodes. A forward pass from the start label keeps, per node, the componentwise least label
+over the edges into it (every stage update is monotone, so it is <= every real label there) and
+drops a node when that least label cannot fit pq or beat thr_q under the bounds of bounds.py: no
+real label there can, so a plan that fits and beats thr_q never passes through it. H and M are
+minima over paths through kept nodes only, which bounds every completion that matters; labels at
+a dropped node get an infinite bound. The graph is therefore valid for any run whose limit and
+threshold are no larger than the ones it was built with (`covers`). When reductions pile up
+(communication-bound chains) the keys multiply; past `max_keys` nodes on one level the graph is
+abandoned (or past MAX_NEW_TABLES new stage tables in all) and the search keeps the relaxed
+bounds alone.
+"""
+
+import time
+
+import numpy as np
+
+N_LAMBDA = 24
+MAX_LEVEL_KEYS = 3000
+MAX_NEW_TABLES = 3000             # stage tables (about 2 ms each) the graph may add to the engine's
+
+
+class Timeout(Exception):
+    """The deadline passed while the graph was being built."""
+
+
+class TooLarge(Exception):
+    """A level of the graph has more than max_keys nodes."""
+
+
+def lambda_grid(j_lam: np.ndarray) -> np.ndarray:
+    """0 and a geometric grid spanning the breakpoints of the separable bound (bounds.py,
+    j_lam), widened 4x each way: every lambda >= 0 gives a valid bound; these are where the
+    largest ones lie."""
+    pos = j_lam[j_lam > 0]
+    if len(pos) == 0:
+        return np.zeros(1)
+    return np.concatenate([[0.0], np.geomspace(pos.min() / 4.0, pos.max() * 4.0, N_LAMBDA)])
+
+
+def _merge_min(C: np.ndarray, CK: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per distinct key of CK, the componentwise least row of C."""
+    ukeys, inv = np.unique(CK, return_inverse=True)
+    out = np.full((len(ukeys), C.shape[1]), np.iinfo(np.int64).max, dtype=np.int64)
+    for col in range(C.shape[1]):
+        np.minimum.at(out[:, col], inv, C[:, col])
+    return out, ukeys
+
+
+class KeyGraph:
+    """H_lambda and M per level (rows: the kept keys of that level, sorted by key id)."""
+
+    def __init__(self, engine, lams: np.ndarray, pq_max: float, thr_q: float,
+                 deadline: float | None = None, max_keys: int | None = None, progress=None):
+        from osdp_sim.search.dp import update          # dp imports this module
+        self.lams, self.pq_max, self.thr_q = lams, pq_max, thr_q
+        max_keys = MAX_LEVEL_KEYS if max_keys is None else max_keys
+        pb = engine.pb
+        n = len(engine.positions)
+        L, K = engine.start()
+        tables_before = len(engine.tables)
+        levels, tabs_of = [K], []
+        for g in range(n):
+            tabs = []
+            for r, k in enumerate(K):
+                if deadline is not None and r % 64 == 63 and time.perf_counter() > deadline:
+                    raise Timeout
+                tabs.append(engine.table(int(k), g))
+            tabs_of.append(tabs)
+            if not tabs:                       # nothing left: no plan fits and beats thr_q
+                levels.append(K)
+                continue
+            sizes = np.array([len(t[0]) for t in tabs])
+            D = np.concatenate([t[2] for t in tabs])
+            NK = np.concatenate([t[1] for t in tabs])
+            C = update(np.repeat(L, sizes, axis=0), D, pb.m)
+            L, K = _merge_min(C, NK)
+            if g + 1 < n:
+                lb, mem_lb = engine.lower_bounds(g + 1, L, K, pq_max, graph=None)
+                ok = (mem_lb <= pq_max) & (lb < thr_q)
+            else:
+                ok = (np.maximum(L[:, 1], L[:, 3] + L[:, 4]) <= pq_max) & (L[:, 0] < thr_q)
+            L, K = L[ok], K[ok]
+            if progress is not None:
+                progress(g, len(K))
+            if len(K) > max_keys or len(engine.tables) - tables_before > MAX_NEW_TABLES:
+                raise TooLarge
+            levels.append(K)
+        self.levels = levels
+        nkeys = len(engine.keys)
+        self.pos = []                        # per level: key id -> row; absent keys -> the inf row
+        for ks in levels:
+            p = np.full(nkeys, len(ks), dtype=np.int64)
+            p[ks] = np.arange(len(ks))
+            self.pos.append(p)
+        inf_row = np.full((1, len(lams)), np.inf)
+        self.H: list = [None] * (n + 1)
+        self.M: list = [None] * (n + 1)
+        self.H[n] = np.vstack([np.zeros((len(levels[n]), len(lams))), inf_row])
+        self.M[n] = np.r_[np.zeros(len(levels[n])), np.inf]
+        for g in range(n - 1, -1, -1):
+            if deadline is not None and time.perf_counter() > deadline:
+                raise Timeout
+            tabs = tabs_of[g]
+            if not tabs:
+                self.H[g], self.M[g] = inf_row.copy(), np.array([np.inf])
+                continue
+            sizes = np.array([len(t[0]) for t in tabs])
+            starts = np.r_[0, np.cumsum(sizes)[:-1]]
+            ds = np.concatenate([t[2] for t in tabs])
+            nk = self.pos[g + 1][np.concatenate([t[1] for t in tabs])]
+            tau = (pb.m * ds[:, 0] + ds[:, 1]).astype(float)
+            s = ds[:, 2].astype(float)
+            H = np.minimum.reduceat(tau[:, None] + s[:, None] * lams[None, :] + self.H[g + 1][nk], starts, axis=0)
+            M = np.minimum.reduceat(s + self.M[g + 1][nk], starts)
+            self.H[g], self.M[g] = np.vstack([H, inf_row]), np.r_[M, np.inf]
+
+    @property
+    def size(self) -> int:
+        return int(sum(len(x) for x in self.levels))
+
+    def covers(self, pq_max: float, thr_q: float) -> bool:
+        """Valid for a run with this limit and threshold (both no larger than the graph's)."""
+        return pq_max <= self.pq_max and thr_q <= self.thr_q
+
+    def bounds(self, g: int, K: np.ndarray, U: np.ndarray, pq_max: float) -> tuple[np.ndarray, np.ndarray]:
+        """(least remaining time, least remaining S) for labels with keys K and largest events U
+        waiting for decision g (before the fixed-point margins); inf at dropped nodes."""
+        p = self.pos[g]
+        rows = np.where(K < len(p), p[np.minimum(K, len(p) - 1)], len(self.levels[g]))
+        M = self.M[g][rows]
+        if not np.isfinite(pq_max):
+            return self.H[g][rows, 0], M
+        budget = np.maximum(pq_max - U.astype(float), 0.0)
+        return np.max(self.H[g][rows] - budget[:, None] * self.lams[None, :], axis=1), M
