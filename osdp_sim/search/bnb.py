@@ -250,6 +250,20 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     # relaxed bounds (enough when the plans near the optimum are few, e.g. without splits);
     # otherwise the key graph (keygraph.py: exact time-to-go), a bound from it, and a beam run
     # on it for a better incumbent. Exact searches on the graph then follow, best bound first.
+    # a beam run with the relaxed bounds on the three most promising configurations: a good
+    # incumbent early; then the configurations whose best plan is best go first (under a time
+    # limit the best plans are found sooner; the proof visits every open configuration anyway)
+    for c in order[:3]:
+        if (deadline is not None and time.perf_counter() > deadline) or c.ub_sps <= kth_best():
+            continue
+        r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, kth_best()), beam=BEAM, deadline=deadline)
+        nodes += r.stats.nodes
+        add_finished(c, r.finished)
+    best_of: dict = {}
+    for f in found:
+        best_of[f[3].config] = max(best_of.get(f[3].config, 0.0), f[0])
+    order.sort(key=lambda c: (-best_of.get(c.config, 0.0), -c.ub_sps, c.config.micro_batch,
+                              c.config.shard_group, c.config.root))
     exact_left: list = []
     _progress(f"search [{time.perf_counter() - t0:.1f} s]: incumbent {kth_best():.4g} samples/s, "
               f"{sum(c.ub_sps > kth_best() for c in order)} configurations may beat it", progress)
