@@ -103,13 +103,7 @@ class KeyGraph:
             if len(K) > max_keys or len(engine.tables) - tables_before > MAX_NEW_TABLES:
                 raise TooLarge
             levels.append(K)
-        self.levels = levels
-        nkeys = len(engine.keys)
-        self.pos = []                        # per level: key id -> row; absent keys -> the inf row
-        for ks in levels:
-            p = np.full(nkeys, len(ks), dtype=np.int64)
-            p[ks] = np.arange(len(ks))
-            self.pos.append(p)
+        self.levels = levels                 # per level: the kept key ids, sorted
         inf_row = np.full((1, len(lams)), np.inf)
         self.H: list = [None] * (n + 1)
         self.M: list = [None] * (n + 1)
@@ -125,12 +119,20 @@ class KeyGraph:
             sizes = np.array([len(t[0]) for t in tabs])
             starts = np.r_[0, np.cumsum(sizes)[:-1]]
             ds = np.concatenate([t[2] for t in tabs])
-            nk = self.pos[g + 1][np.concatenate([t[1] for t in tabs])]
+            nk = self._rows(g + 1, np.concatenate([t[1] for t in tabs]))
             tau = (pb.m * ds[:, 0] + ds[:, 1]).astype(float)
             s = ds[:, 2].astype(float)
             H = np.minimum.reduceat(tau[:, None] + s[:, None] * lams[None, :] + self.H[g + 1][nk], starts, axis=0)
             M = np.minimum.reduceat(s + self.M[g + 1][nk], starts)
             self.H[g], self.M[g] = np.vstack([H, inf_row]), np.r_[M, np.inf]
+
+    def _rows(self, g: int, K: np.ndarray) -> np.ndarray:
+        """Rows of keys K at level g; len(level) (the inf row) for keys not kept there."""
+        ks = self.levels[g]
+        i = np.searchsorted(ks, K)
+        hit = i < len(ks)
+        hit[hit] = ks[i[hit]] == K[hit]
+        return np.where(hit, i, len(ks))
 
     @property
     def size(self) -> int:
@@ -143,8 +145,7 @@ class KeyGraph:
     def bounds(self, g: int, K: np.ndarray, U: np.ndarray, pq_max: float) -> tuple[np.ndarray, np.ndarray]:
         """(least remaining time, least remaining S) for labels with keys K and largest events U
         waiting for decision g (before the fixed-point margins); inf at dropped nodes."""
-        p = self.pos[g]
-        rows = np.where(K < len(p), p[np.minimum(K, len(p) - 1)], len(self.levels[g]))
+        rows = self._rows(g, K)
         M = self.M[g][rows]
         if not np.isfinite(pq_max):
             return self.H[g][rows, 0], M
