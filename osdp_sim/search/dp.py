@@ -91,6 +91,7 @@ class Engine:
         self.single: dict = {}
         self.kconst: dict = {}
         self.stats_transitions = 0
+        self.stage_sims = 0                         # stage() simulations run (memo misses)
         self.graph: KeyGraph | None = None          # exact time-to-go (keygraph.py), once built
         self.graph_too_large = False
         self.active: KeyGraph | None = None         # the graph the current run may use
@@ -141,6 +142,7 @@ class Engine:
         out = self.memo.get(mk)
         if out is None:
             out = self.memo[mk] = stage(key, steps, kind, self.pb.s, ck)
+            self.stage_sims += 1
         return out
 
     def _stage(self, key_id: int, g: int, code: int) -> tuple[int, tuple]:

@@ -24,7 +24,7 @@ minima over paths through kept nodes only, which bounds every completion that ma
 a dropped node get an infinite bound. The graph is therefore valid for any run whose limit and
 threshold are no larger than the ones it was built with (`covers`). When reductions pile up
 (communication-bound chains) the keys multiply; past `max_keys` nodes on one level the graph is
-abandoned (or past MAX_NEW_TABLES new stage tables in all) and the search keeps the relaxed
+abandoned (or past MAX_NEW_STAGES stage simulations in all) and the search keeps the relaxed
 bounds alone.
 """
 
@@ -34,7 +34,7 @@ import numpy as np
 
 N_LAMBDA = 24
 MAX_LEVEL_KEYS = 3000
-MAX_NEW_TABLES = 3000             # stage tables (about 2 ms each) the graph may add to the engine's
+MAX_NEW_STAGES = 300_000          # stage simulations (about 70 us each) the graph may run
 
 
 class Timeout(Exception):
@@ -75,7 +75,7 @@ class KeyGraph:
         pb = engine.pb
         n = len(engine.positions)
         L, K = engine.start()
-        tables_before = len(engine.tables)
+        sims_before = engine.stage_sims
         levels, tabs_of = [K], []
         for g in range(n):
             tabs = []
@@ -100,7 +100,7 @@ class KeyGraph:
             L, K = L[ok], K[ok]
             if progress is not None:
                 progress(g, len(K))
-            if len(K) > max_keys or len(engine.tables) - tables_before > MAX_NEW_TABLES:
+            if len(K) > max_keys or engine.stage_sims - sims_before > MAX_NEW_STAGES:
                 raise TooLarge
             levels.append(K)
         self.levels = levels                 # per level: the kept key ids, sorted
