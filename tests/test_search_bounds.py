@@ -38,6 +38,15 @@ def _instance(rng):
     return spec, hw, pb, plan
 
 
+def _random_path(rng):
+    """A random instance, its engine, one random plan walked through the tables, and that plan's
+    (time, peak) in fixed point."""
+    _spec, _hw, pb, (attn, mlp, ck) = _instance(rng)
+    eng = Engine(pb)
+    path, (t_q, peak_q) = eng.path(attn, mlp, ck)
+    return eng, path, t_q, peak_q
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_bounds_admissible_on_random_plans(seed):
     rng = random.Random(100 + seed)
@@ -64,9 +73,7 @@ def test_frontier_bound_admissible_and_at_least_the_first_bound(seed):
     rng = random.Random(300 + seed)
     tighter = 0
     for _ in range(25):
-        _spec, _hw, pb, (attn, mlp, ck) = _instance(rng)
-        eng = Engine(pb)
-        path, (t_q, peak_q) = eng.path(attn, mlp, ck)
+        eng, path, t_q, peak_q = _random_path(rng)
         g0, L0, k0 = path[0]
         first, _m = eng.lower_bounds(g0, L0, np.array([k0]), peak_q)
         for depth in (1, 2):
@@ -87,15 +94,16 @@ def test_key_graph_bound_admissible_and_tighter(seed):
     rng = random.Random(500 + seed)
     built = 0
     for _ in range(20):
-        _spec, _hw, pb, (attn, mlp, ck) = _instance(rng)
-        eng = Engine(pb)
-        path, (t_q, peak_q) = eng.path(attn, mlp, ck)
+        eng, path, t_q, peak_q = _random_path(rng)
         for limit, thr in ((peak_q, t_q + 1), (float("inf"), float("inf"))):
             eng.graph, eng.graph_too_large = None, False
             if not eng.build_graph(limit, thr, max_keys=400):
                 assert eng.graph_too_large          # no deadline was given: the only other reason
                 continue
             built += 1
+            # a graph serves runs with no larger limit and threshold only
+            assert eng.graph_for(limit, thr) is eng.graph
+            assert limit == float("inf") or eng.graph_for(float("inf"), thr) is None
             for g, L, k in path:
                 lb0, mem0 = eng.lower_bounds(g, L, np.array([k]), limit, graph=None)
                 lb, mem_lb = eng.lower_bounds(g, L, np.array([k]), limit, graph=eng.graph)

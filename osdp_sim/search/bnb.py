@@ -180,7 +180,8 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         c.problem = c.engine.pb
         c.ub_sps = _config_ub(c, pq_max)
     order = sorted(fitting, key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
-    _progress(f"search [{time.perf_counter() - t0:.1f} s]: {len(cfgs)} configurations, {len(fitting)} may fit", progress)
+    _progress(f"search [{time.perf_counter() - t0:.1f} s]: {len(cfgs)} configurations, "
+              f"{len(fitting)} may fit", progress)
 
     def kth_best() -> float:
         if len(found) < top_k:
@@ -246,13 +247,16 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     def thr_of(c: _Cfg, sps: float) -> float:
         return (c.problem.samples / sps / TIME_Q) if sps > 0 else math.inf
 
-    # Per configuration, best bound first: a deterministic probe of the exact search with the
-    # relaxed bounds (enough when the plans near the optimum are few, e.g. without splits);
-    # otherwise the key graph (keygraph.py: exact time-to-go), a bound from it, and a beam run
-    # on it for a better incumbent. Exact searches on the graph then follow, best bound first.
-    # a beam run with the relaxed bounds on the three most promising configurations: a good
-    # incumbent early; then the configurations whose best plan is best go first (under a time
-    # limit the best plans are found sooner; the proof visits every open configuration anyway)
+    def say(msg: str, c: _Cfg | None = None) -> None:
+        where = "" if c is None else f"mb {c.config.micro_batch} sg {c.config.shard_group} root {c.config.root}: "
+        _progress(f"search [{time.perf_counter() - t0:.1f} s]: {where}{msg}", progress)
+
+    # A beam run with the relaxed bounds on the three most promising configurations (a good
+    # incumbent early), then per configuration, those with the best plan so far first (under a
+    # time limit the best plans are found sooner; the proof visits every open one anyway): a
+    # deterministic probe of the exact search with the relaxed bounds (enough when few plans lie
+    # near the optimum, e.g. without splits); otherwise the key graph (keygraph.py: exact
+    # time-to-go), a bound from it and a beam run on it. Exact searches on the graph follow.
     for c in order[:3]:
         if (deadline is not None and time.perf_counter() > deadline) or c.ub_sps <= kth_best():
             continue
@@ -265,8 +269,8 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     order.sort(key=lambda c: (-best_of.get(c.config, 0.0), -c.ub_sps, c.config.micro_batch,
                               c.config.shard_group, c.config.root))
     exact_left: list = []
-    _progress(f"search [{time.perf_counter() - t0:.1f} s]: incumbent {kth_best():.4g} samples/s, "
-              f"{sum(c.ub_sps > kth_best() for c in order)} configurations may beat it", progress)
+    say(f"incumbent {kth_best():.4g} samples/s, {sum(c.ub_sps > kth_best() for c in order)} "
+        "configurations may beat it")
     for i, c in enumerate(order):
         best_k = kth_best()
         if c.ub_sps <= best_k:
@@ -281,8 +285,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         if r.complete:
             per_mb[c.config.micro_batch][1] = False
             searched += 1
-            _progress(f"search [{time.perf_counter() - t0:.1f} s]: mb {c.config.micro_batch} sg {c.config.shard_group} root {c.config.root}: "
-                      f"exact with the relaxed bounds, {r.stats.nodes} nodes, {r.seconds:.2f} s", progress)
+            say(f"exact with the relaxed bounds, {r.stats.nodes} nodes, {r.seconds:.2f} s", c)
             c.ub_sps = 0.0                                   # done: its plans are in `found`
             continue
         best_k = kth_best()
@@ -294,15 +297,13 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
                 r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, best_k), beam=BEAM, deadline=deadline)
                 nodes += r.stats.nodes
                 add_finished(c, r.finished)
-            _progress(f"search [{time.perf_counter() - t0:.1f} s]: mb {c.config.micro_batch} sg {c.config.shard_group} root {c.config.root}: "
-                      f"key graph of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
-                      f"best {kth_best():.4g}", progress)
+            say(f"key graph of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
+                f"best {kth_best():.4g}", c)
         elif not c.engine.graph_too_large:                     # the deadline passed
             open_bounds.extend(x.ub_sps for x in order[i:] if x.ub_sps > best_k)
             break
         else:
-            _progress(f"search [{time.perf_counter() - t0:.1f} s]: mb {c.config.micro_batch} sg {c.config.shard_group} root {c.config.root}: "
-                      f"key graph too large, relaxed bounds only", progress)
+            say("key graph too large, relaxed bounds only", c)
         exact_left.append(c)
     # those with a graph first: their searches are short and may raise the incumbent
     exact_left.sort(key=lambda c: (c.engine.graph is None, -c.ub_sps, c.config.micro_batch,
@@ -323,8 +324,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         searched += 1
         nodes += r.stats.nodes
         add_finished(c, r.finished)
-        _progress(f"search [{time.perf_counter() - t0:.1f} s]: mb {mb} sg {c.config.shard_group} root {c.config.root}: "
-                  f"{r.stats.nodes} nodes, {len(r.finished)} plans, {r.seconds:.2f} s", progress)
+        say(f"{r.stats.nodes} nodes, {len(r.finished)} plans, {r.seconds:.2f} s", c)
         if not r.complete:
             if math.isfinite(r.open_bound_q):
                 open_bounds.append(c.problem.samples / (r.open_bound_q * TIME_Q))
@@ -365,8 +365,7 @@ def _config_ub(c: _Cfg, pq_max: float, thr_q: float = math.inf) -> float:
     """Upper bound on samples/s of any fitting plan of this configuration faster than thr_q."""
     eng = c.engine
     L, K = eng.start()
-    graph = eng.graph if eng.graph is not None and eng.graph.covers(pq_max, thr_q) else None
-    lb, mem_lb = eng.lower_bounds(0, L, K, pq_max, graph=graph)
+    lb, mem_lb = eng.lower_bounds(0, L, K, pq_max, graph=eng.graph_for(pq_max, thr_q))
     if mem_lb[0] > pq_max or not math.isfinite(lb[0]):
         return 0.0
     return c.problem.samples / (max(lb[0], 1.0) * TIME_Q)

@@ -93,8 +93,7 @@ class Engine:
         self.stats_transitions = 0
         self.stage_sims = 0                         # stage() simulations run (memo misses)
         self.graph: KeyGraph | None = None          # exact time-to-go (keygraph.py), once built
-        self.graph_too_large = False
-        self.active: KeyGraph | None = None         # the graph the current run may use
+        self.graph_too_large = False                # set once: the graph is not tried again
         nchoice = len(pb.choices)
         self.codes_nc = list(range(nchoice)) if False in pb.ckpt_options else []
         self.codes_ck = list(range(nchoice, 2 * nchoice)) if True in pb.ckpt_options else []
@@ -117,9 +116,10 @@ class Engine:
             return False
         return True
 
-    def _use_graph(self, pq_max: float, thr_q: float) -> None:
+    def graph_for(self, pq_max: float, thr_q: float) -> KeyGraph | None:
+        """The key graph if it is valid for a run with this limit and threshold, else None."""
         g = self.graph
-        self.active = g if g is not None and g.covers(pq_max, thr_q) else None
+        return g if g is not None and g.covers(pq_max, thr_q) else None
 
     def intern(self, key: tuple) -> int:
         i = self.key_ids.get(key)
@@ -233,12 +233,12 @@ class Engine:
             self.kconst[ck] = r
         return r
 
-    def lower_bounds(self, g: int, C: np.ndarray, CK: np.ndarray, pq_max: float, graph="active"):
+    def lower_bounds(self, g: int, C: np.ndarray, CK: np.ndarray, pq_max: float,
+                     graph: KeyGraph | None = None):
         """(time lower bound, memory lower bound) of labels C with keys CK waiting for g.
-        graph: a KeyGraph to tighten them with (default: the one the current run may use)."""
+        graph: a KeyGraph valid for this limit and the caller's threshold (graph_for) to tighten
+        them with."""
         bnd = self.bounds
-        if graph == "active":
-            graph = self.active
         ukey, kinv = np.unique(CK, return_inverse=True)
         infos = [self.key_bound_at(int(k), g) for k in ukey]
         KC = np.stack([x[0] for x in infos])[kinv]               # (N, J)
@@ -270,20 +270,20 @@ class Engine:
         stop (incomplete) once more labels than that were created: a deterministic budget."""
         t0 = time.perf_counter()
         stats = DPStats()
-        self._use_graph(pq_max, thr_q if thr_fn is None else float("inf"))
+        graph = self.graph_for(pq_max, thr_q if thr_fn is None else float("inf"))
         L, K = self.start()
         history: list[tuple[np.ndarray, np.ndarray]] = []      # per gap: (parent, code) of kept labels
         n = len(self.positions)
         for g in range(n):
             if (deadline is not None and time.perf_counter() > deadline) or \
                     (max_nodes is not None and stats.nodes > max_nodes):
-                lb = self._open_bound(g, L, K, pq_max)
+                lb = self._open_bound(g, L, K, pq_max, graph)
                 return DPResult([], stats, False, lb, time.perf_counter() - t0)
             try:
                 L2, K2, parent, code = self._expand(g, L, K, thr_q, pq_max, top_k, stats, beam, thr_fn,
-                                                    memory_only, deadline)
+                                                    memory_only, deadline, graph)
             except _Timeout:
-                lb = self._open_bound(g, L, K, pq_max)
+                lb = self._open_bound(g, L, K, pq_max, graph)
                 return DPResult([], stats, False, lb, time.perf_counter() - t0)
             L, K = L2, K2
             history.append((parent, code))
@@ -325,22 +325,22 @@ class Engine:
         decision, because the decided steps count exactly. Returns (bound_q, nodes); inf when no
         plan can fit or beat thr_q. Stops early (returning the bound so far) past max_labels."""
         stats = DPStats()
-        self._use_graph(pq_max, thr_q)
+        graph = self.graph_for(pq_max, thr_q)
         L, K = self.start()
         depth = min(depth, len(self.positions) - 1)
         for g in range(depth):
-            nL, nK, _p, _c = self._expand(g, L, K, thr_q, pq_max, top_k, stats)
+            nL, nK, _p, _c = self._expand(g, L, K, thr_q, pq_max, top_k, stats, graph=graph)
             if len(nL) == 0:
                 return float("inf"), stats.nodes
             if len(nL) > max_labels:                    # labels waiting for g: bound them there
-                return self._open_bound(g, L, K, pq_max), stats.nodes
+                return self._open_bound(g, L, K, pq_max, graph), stats.nodes
             L, K = nL, nK
-        return self._open_bound(depth, L, K, pq_max), stats.nodes
+        return self._open_bound(depth, L, K, pq_max, graph), stats.nodes
 
-    def _open_bound(self, g, L, K, pq_max) -> float:
+    def _open_bound(self, g, L, K, pq_max, graph=None) -> float:
         if len(L) == 0:
             return float("inf")
-        lb, mem_lb = self.lower_bounds(g, L, K, pq_max)
+        lb, mem_lb = self.lower_bounds(g, L, K, pq_max, graph)
         ok = mem_lb <= pq_max
         return float(lb[ok].min()) if ok.any() else float("inf")
 
@@ -361,7 +361,7 @@ class Engine:
         return Finished(t_q, peak_q, attn, mlp, ck)
 
     def _expand(self, g, L, K, thr_q, pq_max, top_k, stats, beam=None, thr_fn=None, memory_only=False,
-                deadline=None):
+                deadline=None, graph=None):
         m = self.pb.m
         uk, inv = np.unique(K, return_inverse=True)
         tabs = []
@@ -389,7 +389,7 @@ class Engine:
             best = np.zeros((len(rows), NCOL), dtype=np.int64)
             best[:, 0] = tmin[rows] + m * D[rows, cols, 0] + D[rows, cols, 1]
             best[:, 1] = umin[rows] + D[rows, cols, 2]
-            lb, mem_lb = self.lower_bounds(g2, best, NK[rows, cols], pq_max)
+            lb, mem_lb = self.lower_bounds(g2, best, NK[rows, cols], pq_max, graph)
             bad = (lb >= thr_q) | (mem_lb > pq_max)
             NK[rows[bad], cols[bad]] = -1
         Dl = D[inv]                                           # (n, kmax, NDELTA)
@@ -406,7 +406,7 @@ class Engine:
         CC = CODE[inv].ravel()[sel]
         stats.nodes += len(C)
         if g2 < len(self.positions) and len(C):
-            lb, mem_lb = self.lower_bounds(g2, C, CK, pq_max)
+            lb, mem_lb = self.lower_bounds(g2, C, CK, pq_max, graph)
             ok_mem = mem_lb <= pq_max
             ok_t = lb < (thr_fn(mem_lb) if thr_fn is not None else thr_q)
             LB = mem_lb if memory_only else lb

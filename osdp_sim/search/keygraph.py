@@ -42,7 +42,8 @@ class Timeout(Exception):
 
 
 class TooLarge(Exception):
-    """A level of the graph has more than max_keys nodes."""
+    """A level of the graph has more than max_keys nodes, or building it ran more than
+    MAX_NEW_STAGES stage simulations."""
 
 
 def lambda_grid(j_lam: np.ndarray) -> np.ndarray:
@@ -68,7 +69,7 @@ class KeyGraph:
     """H_lambda and M per level (rows: the kept keys of that level, sorted by key id)."""
 
     def __init__(self, engine, lams: np.ndarray, pq_max: float, thr_q: float,
-                 deadline: float | None = None, max_keys: int | None = None, progress=None):
+                 deadline: float | None = None, max_keys: int | None = None):
         from osdp_sim.search.dp import update          # dp imports this module
         self.lams, self.pq_max, self.thr_q = lams, pq_max, thr_q
         max_keys = MAX_LEVEL_KEYS if max_keys is None else max_keys
@@ -93,13 +94,11 @@ class KeyGraph:
             C = update(np.repeat(L, sizes, axis=0), D, pb.m)
             L, K = _merge_min(C, NK)
             if g + 1 < n:
-                lb, mem_lb = engine.lower_bounds(g + 1, L, K, pq_max, graph=None)
+                lb, mem_lb = engine.lower_bounds(g + 1, L, K, pq_max)
                 ok = (mem_lb <= pq_max) & (lb < thr_q)
             else:
                 ok = (np.maximum(L[:, 1], L[:, 3] + L[:, 4]) <= pq_max) & (L[:, 0] < thr_q)
             L, K = L[ok], K[ok]
-            if progress is not None:
-                progress(g, len(K))
             if len(K) > max_keys or engine.stage_sims - sims_before > MAX_NEW_STAGES:
                 raise TooLarge
             levels.append(K)
