@@ -30,6 +30,26 @@ def test_run_compute_barrier_waits_behind_queued_reduction():
     assert left == ()
 
 
+def test_run_compute_passes_on_what_it_does_not_run():
+    # s = 2: 1 s of compute beside a 3 s reduction both run at 1/2, so after 2 s the compute is
+    # done and the reduction has 2 s left, passed on as started; the item behind it is untouched
+    q = ((3.0, 0.0, 0.0, 0.0, 3.0, True), (1.0, 0.0, 0.0, 0.0, 1.0, False))
+    dur, top, net, left = run_compute(1.0, (), 0.0, q, (), None, 2.0)
+    assert dur == pytest.approx(2.0)
+    assert left == ((pytest.approx(2.0), 0.0, 0.0, 0.0, 3.0, True), q[1])
+    # a zero-work gather the next task waits for starts with that task, not in this one
+    dur, top, net, left = run_compute(1.0, (), 0.0, (), ((0.0, 4.0, 0.0, 0.0, True),), 0, 1.0)
+    assert (dur, net, left) == (1.0, 0.0, ((0.0, 4.0, 0.0, 0.0, 0.0, False),))
+
+
+def test_run_compute_drains_the_queue_up_to_the_barrier():
+    # s = 1: the compute (1 s) overlaps the first reduction (2 s); then the rest runs alone:
+    # reduction 1 ends at 2 s, reduction 2 at 3 s, the gather (3 bytes) runs 3-4 s
+    q = ((2.0, 0.0, 0.0, 0.0, 2.0, True), (1.0, 0.0, 0.0, 0.0, 1.0, False))
+    dur, top, net, left = run_compute(1.0, (), 0.0, q, ((1.0, 3.0, 0.0, 0.0, False),), 0, 1.0)
+    assert (dur, top, net, left) == (pytest.approx(4.0), 3.0, 3.0, ())
+
+
 @pytest.mark.parametrize("kind, seed", [("cuda", s) for s in range(4)] + [("cpu", 1000 + s) for s in range(2)])
 def test_random_plans_match_estimate(kind, seed):
     # CPU devices change the reduce buffers (gloo's copy) and the AdamW temporaries

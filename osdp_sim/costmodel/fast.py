@@ -28,6 +28,7 @@ Scope: reduce_every_microbatch=True plans (the search space); anything else rais
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from osdp_sim.costmodel.lowering import _lower_group, _root_fwd_s, make_unit, root_largest_tensor
 from osdp_sim.costmodel.rates import bandwidth_time_s
@@ -76,6 +77,16 @@ class StepCost:
     pm: float                     # its unit's optimizer temporary (CommUnit.optimizer_temp_bytes)
     opt: float                    # its unit's share of the optimizer step time
     copy: bool = False            # a ddp unit: its backward "gather" allocates at its user's start
+
+    @cached_property
+    def pending(self) -> "Pending":
+        """pending_of(self), computed once (a stage reads it for every key)."""
+        return pending_of(self)
+
+    @cached_property
+    def pending_regathered(self) -> "Pending":
+        """pending_of(self, own_gather=True), computed once."""
+        return pending_of(self, True)
 
 
 @dataclass(frozen=True)
@@ -191,10 +202,6 @@ def _q(x: float) -> float:
     return round(x / TIME_Q) * TIME_Q
 
 
-def _done(rem: float, work: float) -> bool:
-    return rem <= 1e-15 * max(1.0, work)       # simulate()'s completion test
-
-
 def run_compute(c: float, start_deltas: tuple, end_delta: float, queue: tuple, new_items: tuple,
                 barrier: int | None, s: float):
     """Run one compute task of work c (> 0) from time 0.
@@ -207,78 +214,108 @@ def run_compute(c: float, start_deltas: tuple, end_delta: float, queue: tuple, n
     Events at equal times: frees before allocations; a zero-duration item's end after both
     (memory.peak_memory's ordering). Items that would start exactly when the next compute task
     starts are left for the next call (same instant, allocation order irrelevant).
+    Items are read in place, not copied: a queued item not yet started (remaining == work) is
+    passed on as it is, so a call costs the items it runs, not the length of the queue.
     """
-    it = [[q[0], q[1], q[2], q[3], q[4], q[5], False, False] for q in queue]
-    for w, a0, fe, ae, rae in new_items:
-        it.append([w, a0, fe, ae, w, False, rae, False])    # rem, a0, fe, ae, work, started, rae, done
-    bar = None if barrier is None else len(queue) + barrier
+    nq = len(queue)
+    n = nq + len(new_items)
+    bar = -1 if barrier is None else nq + barrier
     ev = []
     for d in start_deltas:
         if d:
-            ev.append((0.0, 0, 1 if d > 0 else 0, d))
-    now, crem, cdone = 0.0, c, False
-    k, cur = 0, None
-    while True:
-        if cdone and (bar is None or it[bar][7] or (cur is None and all(
-                it[j][4] <= 0 and not it[j][5] for j in range(k, bar + 1)))):
-            break       # zero-work items due now start with the next compute task
-        while cur is None and k < len(it):
-            x = it[k]
-            if x[6] and not cdone:
-                break
-            if not x[5]:
-                x[5] = True
-                if x[1]:
-                    ev.append((now, 0, 1, x[1]))
-                if x[4] <= 0:
-                    if x[2]:
-                        ev.append((now, 1, 0, -x[2]))
-                    if x[3]:
-                        ev.append((now, 1, 1, x[3]))
-                    x[7] = True
+            ev.append((0.0, 0, 1 if d > 0 else 0, len(ev), d))
+    now, crem = 0.0, c
+    k, active = 0, False                 # item k runs (items before k are done)
+    rem = work = fe = ae = 0.0
+    rate = 1.0 / s
+    while True:                          # the compute task, with the items it overlaps
+        while not active and k < n:
+            if k < nq:
+                rem, a0, fe, ae, work, started = queue[k]
+            else:
+                work, a0, fe, ae, rae = new_items[k - nq]
+                if rae:
+                    break
+                rem, started = work, False
+            if not started:
+                if a0:
+                    ev.append((now, 0, 1, len(ev), a0))
+                if work <= 0:
+                    if fe:
+                        ev.append((now, 1, 0, len(ev), -fe))
+                    if ae:
+                        ev.append((now, 1, 1, len(ev), ae))
                     k += 1
                     continue
-            cur = k
-        if cdone and cur is None:
-            if bar is None or it[bar][7]:
-                break
-            raise RuntimeError("barrier can never complete")
-        both = (not cdone) and cur is not None
-        rate = 1.0 / s if both else 1.0
-        rems = ([] if cdone else [crem]) + ([] if cur is None else [it[cur][0]])
-        step = min(rems) / rate
-        now += step
-        if not cdone:
+            active = True
+        if not active:                                 # the compute task alone
+            now += crem
+            crem = 0.0
+        else:
+            step = (crem if crem <= rem else rem) / rate
+            now += step
             crem -= step * rate
-            if _done(crem, c):
-                cdone = True
-                if end_delta:
-                    ev.append((now, 0, 1 if end_delta > 0 else 0, end_delta))
-        if cur is not None:
-            x = it[cur]
-            x[0] -= step * rate
-            if _done(x[0], x[4]):
-                x[7] = True
-                if x[2]:
-                    ev.append((now, 0, 0, -x[2]))
-                if x[3]:
-                    ev.append((now, 0, 1, x[3]))
-                cur = None
-                k += 1
-    ev.sort(key=lambda e: (e[0], e[1], e[2]))
+            rem -= step * rate
+        # simulate()'s completion test, rem <= 1e-15 * max(1, work), inlined
+        cdone = crem <= 1e-15 * (c if c > 1.0 else 1.0)
+        if cdone and end_delta:
+            ev.append((now, 0, 1 if end_delta > 0 else 0, len(ev), end_delta))
+        if active and rem <= 1e-15 * (work if work > 1.0 else 1.0):
+            if fe:
+                ev.append((now, 0, 0, len(ev), -fe))
+            if ae:
+                ev.append((now, 0, 1, len(ev), ae))
+            active = False
+            k += 1
+        if cdone:
+            break
+    if bar >= k:                         # the next task waits: items up to the barrier run alone
+        if active:
+            now += rem
+            rem = 0.0
+            if fe:
+                ev.append((now, 0, 0, len(ev), -fe))
+            if ae:
+                ev.append((now, 0, 1, len(ev), ae))
+            active = False
+            k += 1
+        z = bar                          # zero-work items due last start with the next task
+        while z >= k and (queue[z][4] if z < nq else new_items[z - nq][0]) <= 0:
+            z -= 1
+        while k <= z:
+            if k < nq:
+                rem, a0, fe, ae, work, started = queue[k]
+            else:
+                work, a0, fe, ae, _rae = new_items[k - nq]
+                rem, started = work, False
+            if not started and a0:
+                ev.append((now, 0, 1, len(ev), a0))
+            o = 0
+            if started or work > 0:
+                now += rem
+            else:
+                o = 1                    # a zero-duration item's end after frees and allocations
+            if fe:
+                ev.append((now, o, 0, len(ev), -fe))
+            if ae:
+                ev.append((now, o, 1, len(ev), ae))
+            k += 1
+    ev.sort()
     live, top = 0.0, float("-inf")
     for e in ev:
-        live += e[3]
+        live += e[4]
         if live > top:
             top = live
     left = []
-    for x in it[k:]:
-        if x[7]:
-            continue
-        if x[5]:
-            left.append((_q(x[0]), 0.0, x[2], x[3], x[4], True))
-        else:
-            left.append((x[4], x[1], x[2], x[3], x[4], False))
+    j = k
+    if active:
+        left.append((_q(rem), 0.0, fe, ae, work, True))
+        j += 1
+    if j < nq:
+        left.extend(queue[j:])
+        j = nq
+    for w, a0, f, a, _r in new_items[j - nq:]:
+        left.append((w, a0, f, a, w, False))
     return now, top, live, tuple(left)
 
 
@@ -419,23 +456,23 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0) -> Sta
                   len(pend.items) + len(ags) - 1 if ags else None)
         o_y = max(o_y, run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps), _copies(steps)),
                            0.0, (), None))
-        o_y = max(o_y, chain(pending_of(st) for st in steps[:0:-1]))
+        o_y = max(o_y, chain(st.pending for st in steps[:0:-1]))
     elif kind == "ckmlp":
         ags = tuple(_bwd_gather(st) for st in steps if st.z3)
         o_y = run(pend.b, pend.start, pend.end, pend.items + ags, len(pend.items) + len(ags) - 1)
         o_m1 = y                     # after the last gather's allocation nothing else happens
         o_m2 = run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps), _copies(steps)),
                    0.0, (), None)
-        o_m2 = max(o_m2, chain(pending_of(st) for st in steps[:0:-1]))
+        o_m2 = max(o_m2, chain(st.pending for st in steps[:0:-1]))
     elif kind == "ckattn":
         # its gathers are allocated before the recompute starts (m1), its ddp copies with it (m2)
         g_a = sum(st.gath for st in steps if st.z3) - _copies(steps)
         p_a = g_a + _copies(steps) + sum(st.act for st in steps)
         dt += sum(st.agb for st in steps if st.z3) + sum(st.f for st in steps)
         y += p_a
-        o_y = chain([pend] + [pending_of(st) for st in steps[:0:-1]])
+        o_y = chain([pend] + [st.pending for st in steps[:0:-1]])
     elif kind == "group":
-        order = [pend] + [pending_of(st, True) for st in steps[:0:-1]]
+        order = [pend] + [st.pending_regathered for st in steps[:0:-1]]
         for j, p in enumerate(order):
             nxt = steps[n - 1 - j]
             if nxt.z3:
@@ -445,9 +482,10 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0) -> Sta
             o_y = max(o_y, top)
     else:  # embed: the pending step, then the embedding's backward and the reduction tail
         o_y = run(pend.b, pend.start, pend.end, pend.items, None)
-        p = pending_of(steps[0])
+        p = steps[0].pending
         o_y = max(o_y, run(p.b, p.start, p.end, p.items, len(p.items) - 1))
-    new_pend = None if kind == "embed" else pending_of(steps[0], kind == "group")
+    new_pend = None if kind == "embed" else (steps[0].pending_regathered if kind == "group"
+                                              else steps[0].pending)
     return StageOut(key=(new_pend, queue), dt=qt(dt), opt=qt(sum(st.opt for st in steps)),
                     s_n=qm(s_n), o_v=qm(o_v), o_y=qm(o_y), d_y=qm(y), d_v=qm(res_n),
                     pm=qm(max((st.pm for st in steps), default=0.0)),
@@ -474,7 +512,7 @@ def start_label(head: StepCost, m: int, s: float) -> tuple[tuple, Label]:
     t = m * qt(seg(head.f, 0.0, s)) + qt(head.opt)
     y = qm(res + head.act)
     u = qm(res + head.act + head.ft)
-    return (pending_of(head), ()), Label(t, u, qm(res), y, qm(head.pm))
+    return (head.pending, ()), Label(t, u, qm(res), y, qm(head.pm))
 
 
 def apply(lab: Label, out: StageOut, m: int) -> Label:
