@@ -6,14 +6,13 @@ import json
 import math
 import random
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import yaml
 
 from hwfixtures import simple_hw
 from osdp_sim.calibrate import analysis
-from osdp_sim.calibrate.campaign import (campaign_from_dict, expected_record_name, pending, plan_jobs,
+from osdp_sim.calibrate.campaign import (campaign_from_dict, pending, plan_jobs,
                                          run_campaign)
 from osdp_sim.calibrate.fit import Predictor, fit
 from osdp_sim.calibrate.loo import leave_one_out

@@ -5,7 +5,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from osdp_sim.errors import UserError
 from osdp_sim.model.config import ModelConfig, with_overrides

@@ -267,7 +267,7 @@ def build_plan(spec: dict, model_cfg, nproc: int, *, hw=None, source: str = "<ca
                field: str = "plan") -> Plan:
     """A Plan from a campaign plan spec (already checked by _check_plan_spec)."""
     from osdp_sim.model.spec import build_spec
-    from osdp_sim.plan import load_plan, plan_from_dict, plan_to_dict
+    from osdp_sim.plan import load_plan, plan_from_dict
 
     def fail(fld, msg):
         raise UserError(msg, source=source, field=f"{field}.{fld}" if fld else field)

@@ -1,6 +1,6 @@
 """Architecture hyperparameters of a transformer: the input of the model description."""
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 
 FAMILIES = ("gpt2", "bert", "llama")
 

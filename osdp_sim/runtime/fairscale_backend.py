@@ -23,7 +23,6 @@ import types
 import warnings
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from osdp_sim.errors import UserError

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from osdp_sim.costmodel import estimate
-from osdp_sim.costmodel.fast import MEM_Q, TIME_Q, total_peak_bytes
+from osdp_sim.costmodel.fast import MEM_Q, total_peak_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.search.problem import Option, Problem
@@ -88,7 +88,7 @@ def search_additive(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float
     from osdp_sim.search.bnb import SearchResult, _configs, _limit_q
     start = time.perf_counter()
     pq = _limit_q(mem_limit_bytes, hw)
-    budget = total_budget = pq * MEM_Q
+    total_budget = pq * MEM_Q
     best = None
     cache: dict = {}
     cfgs = _configs(spec, hw, space, 2 ** 62 if space.micro_batches is not None else pq, cache)
