@@ -5,6 +5,8 @@ figures docs/search.md and docs/benchmarks.md quote for the key graph.
     python bench/search_keygraph.py --micro-batch 7 --exact          # about 20 s
     python bench/search_keygraph.py --micro-batch 6                  # about 30 s: rules it out
     python bench/search_keygraph.py --micro-batch 5 --max-keys 100000 --max-stages 10000000   # ~3 min
+
+(--max-keys and --max-stages are osdp-sim search's --graph-max-keys and --graph-max-sims.)
 """
 
 import argparse
@@ -29,11 +31,10 @@ def main():
     ap.add_argument("--incumbent", type=float, default=23.82,
                     help="samples/s of the best plan known (the graph drops what cannot beat it); "
                          "23.82 is what the search has before its graphs on the default instance")
-    ap.add_argument("--max-keys", type=int, default=keygraph.MAX_LEVEL_KEYS)
-    ap.add_argument("--max-stages", type=int, default=keygraph.MAX_NEW_STAGES)
+    ap.add_argument("--max-keys", type=int, default=keygraph.GraphCaps.max_level_keys)
+    ap.add_argument("--max-stages", type=int, default=keygraph.GraphCaps.max_stage_sims)
     ap.add_argument("--exact", action="store_true", help="then the exact search of the configuration")
     args = ap.parse_args()
-    keygraph.MAX_NEW_STAGES = args.max_stages
     spec, hw = load_model(args.model), load_profile(args.hw)
     pq = _limit_q(args.mem_limit_gib * 2**30, hw)
     (c,) = [c for c in _configs(spec, hw, SearchSpace(micro_batches=(args.micro_batch,), root_strategies=(args.root,)), pq, {})]
@@ -48,7 +49,8 @@ def main():
           f"last block decided {sps(eng.frontier_bound(REFINE_DEPTH, pq_max=pq, thr_q=thr)[0]):.3f} samples/s")
     t = time.perf_counter()
     try:
-        g = keygraph.KeyGraph(eng, keygraph.lambda_grid(eng.bounds.j_lam), pq, thr, max_keys=args.max_keys)
+        g = keygraph.KeyGraph(eng, keygraph.lambda_grid(eng.bounds.j_lam), pq, thr,
+                              caps=keygraph.GraphCaps(args.max_keys, args.max_stages))
     except keygraph.TooLarge:
         print(f"  key graph abandoned after {time.perf_counter() - t:.1f} s, {eng.stage_sims} stage simulations "
               f"(--max-keys {args.max_keys}, --max-stages {args.max_stages})")

@@ -98,3 +98,17 @@ def test_bad_input_is_one_line_exit_2(extra, needle, capsys):
 def test_unknown_model_is_one_line_exit_2(capsys):
     rc, _, err = run(["search", "--hw", "titan8", "--model", "gpt5", "--mem-limit", "8GiB"], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "unknown model 'gpt5'" in err
+
+
+def test_graph_caps_reach_the_search(capsys, monkeypatch):
+    # with the probe off every configuration goes to the key graph; a cap of one key per level
+    # abandons each graph, and the search still proves the optimum with the relaxed bounds
+    import osdp_sim.search.bnb as bnb
+    monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+    argv = TINY[:-2] + ["--micro-batch", "2", "--mem-limit", "1GiB", "--json"]
+    rc, out, err = run(argv + ["--graph-max-keys", "1"], capsys)
+    assert rc == 0 and json.loads(out)["search"]["optimal"] is True
+    assert "key graph too large (over 1 keys on a level or 300000 stage simulations)" in err
+    rc, out2, err = run(argv, capsys)
+    assert "key graph too large" not in err and "key graph of" in err
+    assert json.loads(out2)["predicted"] == json.loads(out)["predicted"]

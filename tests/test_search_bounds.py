@@ -14,6 +14,7 @@ from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import build_spec
 from osdp_sim.search.dp import Engine
+from osdp_sim.search.keygraph import GraphCaps
 from osdp_sim.search.problem import build_problem
 from osdp_sim.search.space import SearchSpace, group_choices
 
@@ -96,9 +97,10 @@ def test_key_graph_bound_admissible_and_tighter(seed):
     for _ in range(20):
         eng, path, t_q, peak_q = _random_path(rng)
         for limit, thr in ((peak_q, t_q + 1), (float("inf"), float("inf"))):
-            eng.graph, eng.graph_too_large = None, False
-            if not eng.build_graph(limit, thr, max_keys=400):
-                assert eng.graph_too_large          # no deadline was given: the only other reason
+            eng.graph, eng.too_large = None, []
+            outcome = eng.build_graph(limit, thr, caps=GraphCaps(max_level_keys=400))
+            if outcome != "built":
+                assert outcome == "too large"       # no deadline was given: the only other reason
                 continue
             built += 1
             # a graph serves runs with no larger limit and threshold only
@@ -122,12 +124,30 @@ def test_key_graph_drops_nodes_no_plan_beating_the_threshold_passes():
     cfg = Config(hw.device.count, 2, 1, hw.device.count, "bf16", "adamw", "zero3")
     pb = build_problem(spec, hw, cfg, group_choices(SearchSpace(splits=(1, 2))), (False, True))
     eng = Engine(pb)
-    assert eng.build_graph(float("inf"))
+    assert eng.build_graph(float("inf")) == "built"
     L, K = eng.start()
     best = eng.lower_bounds(0, L, K, float("inf"), graph=eng.graph)[0][0] + eng.bounds.t_margin
     eng.graph = None
-    assert eng.build_graph(float("inf"), best - 10)
+    assert eng.build_graph(float("inf"), best - 10) == "built"
     assert np.isinf(eng.lower_bounds(0, L, K, float("inf"), graph=eng.graph)[0][0])
+
+
+def test_abandoned_key_graph_is_tried_again_only_with_more_room():
+    """A graph abandoned under its caps is not rebuilt for the same (or a larger) limit and
+    threshold with the same caps; it is with larger caps, or with a threshold that prunes more."""
+    rng = random.Random(11)
+    hw = random_hw(rng)
+    spec = random_spec(rng, 2)
+    cfg = Config(hw.device.count, 2, 1, hw.device.count, "bf16", "adamw", "zero3")
+    pb = build_problem(spec, hw, cfg, group_choices(SearchSpace(splits=(1, 2))), (False, True))
+    eng = Engine(pb)
+    tiny = GraphCaps(max_level_keys=1)
+    assert eng.build_graph(float("inf"), caps=tiny) == "too large"
+    assert eng.build_graph(float("inf"), caps=tiny) == "too large" and len(eng.too_large) == 1
+    # a threshold below every plan's time drops every node: nothing is left to exceed the caps
+    assert eng.build_graph(float("inf"), 1, caps=tiny) == "built"
+    eng.graph = None
+    assert eng.build_graph(float("inf")) == "built" and eng.graph.covers(float("inf"), float("inf"))
 
 
 def test_key_graph_time_to_go_is_the_least_time_over_all_plans():
@@ -143,7 +163,7 @@ def test_key_graph_time_to_go_is_the_least_time_over_all_plans():
         cfg = Config(hw.device.count, rng.randint(1, 3), 1, hw.device.count, "bf16", "adamw", rng.choice(["zero2", "zero3"]))
         pb = build_problem(spec, hw, cfg, choices, (False, True))
         eng = Engine(pb)
-        assert eng.build_graph(float("inf"))
+        assert eng.build_graph(float("inf")) == "built"
         L, K = eng.start()
         bnd = eng.bounds
         lb, _m = eng.lower_bounds(0, L, K, float("inf"), graph=eng.graph)

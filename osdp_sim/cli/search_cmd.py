@@ -6,6 +6,7 @@ import sys
 
 from osdp_sim.cli.common import add_hw_args, add_model_args, load_hw, load_spec, positive_int
 from osdp_sim.errors import UserError
+from osdp_sim.search.keygraph import GraphCaps
 from osdp_sim.units import format_bytes, parse_bytes
 
 # On communication-bound rigs (PCIe) the exact search can take minutes on 48-layer models with
@@ -44,6 +45,13 @@ def add_arguments(p) -> None:
                    help="stop the search after S seconds and report the best plan so far with its proven "
                         f"gap (default {DEFAULT_TIME_LIMIT_S:g}; 0 = run until optimal)")
     p.add_argument("--top-k", type=positive_int, default=1, metavar="K", help="also list the K best plans")
+    p.add_argument("--graph-max-keys", type=positive_int, default=GraphCaps.max_level_keys, metavar="N",
+                   help="a configuration's key graph (the exact bound) is abandoned past N keys on one level "
+                        f"(default {GraphCaps.max_level_keys}); raise it, with --graph-max-sims, to prove "
+                        "communication-bound configurations, at minutes per configuration")
+    p.add_argument("--graph-max-sims", type=positive_int, default=GraphCaps.max_stage_sims, metavar="N",
+                   help="... or past N stage simulations, about 50-90 us each "
+                        f"(default {GraphCaps.max_stage_sims})")
     p.add_argument("-o", "--output", metavar="PLAN.json",
                    help="write the plan file (read by osdp-sim estimate --plan and osdp-sim validate)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
@@ -133,7 +141,8 @@ def run(args) -> int:
 
     progress(f"searching {spec.name} on {hw.device.count} x {hw.device.name} within {format_bytes(limit)}: "
              f"{describe_space(space, hw)} ...")
-    result = search(spec, hw, limit, space, time_limit_s=args.time_limit, top_k=args.top_k, progress=True)
+    result = search(spec, hw, limit, space, time_limit_s=args.time_limit, top_k=args.top_k, progress=True,
+                    graph_caps=GraphCaps(args.graph_max_keys, args.graph_max_sims))
     if result.status == "infeasible" or result.plan is None:
         msg = infeasible_message(spec, hw, limit, space, result, args)
         if args.json:

@@ -11,7 +11,7 @@ promising configurations supplies that incumbent first. docs/search.md has the a
 import math
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan.plan import Plan
 from osdp_sim.search.dp import Engine, Finished
+from osdp_sim.search.keygraph import GraphCaps
 from osdp_sim.search.problem import Problem, build_problem
 from osdp_sim.search.space import (SearchSpace, devices_of, grad_accum_of, group_choices,
                                    shard_groups_of)
@@ -146,9 +147,11 @@ def _finished_value(pb: Problem, f: Finished, hw: HardwareProfile) -> tuple[floa
 
 def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: SearchSpace = SearchSpace(),
            *, time_limit_s: float | None = None, top_k: int = 1, objective: str = "time",
-           progress: bool = False, cache: dict | None = None) -> SearchResult:
+           progress: bool = False, cache: dict | None = None, graph_caps: GraphCaps = GraphCaps()) -> SearchResult:
     """The plan with the highest samples/s whose estimate() peak memory is <= mem_limit_bytes.
 
+    graph_caps: how large a configuration's key graph may grow (keygraph.py) before the search
+    falls back to the relaxed bounds for it; larger caps prove more configurations, at a cost.
     objective="additive": the additive surrogate (search/additive.py), for cross-checks.
     cache: a dict shared by calls with the same spec, hw and space (a sweep over limits): the
     cost tables and the engines' stage tables are kept in it, so later calls reuse them."""
@@ -219,7 +222,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     if any(k > 1 for k in space.splits) and fitting:
         left = None if deadline is None else max(0.0, (deadline - time.perf_counter()) / 2)
         sub = search(spec, hw, mem_limit_bytes, replace(space, splits=(1,)), time_limit_s=left, top_k=top_k,
-                     cache=cache.setdefault("unsplit", {}))
+                     cache=cache.setdefault("unsplit", {}), graph_caps=graph_caps)
         nodes += sub.nodes
         by_cfg = {c.config: c for c in fitting}
         for plan, _e in sub.top:
@@ -289,7 +292,8 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
             c.ub_sps = 0.0                                   # done: its plans are in `found`
             continue
         best_k = kth_best()
-        if c.engine.build_graph(pq_max, thr_of(c, best_k), deadline):
+        built = c.engine.build_graph(pq_max, thr_of(c, best_k), deadline, graph_caps)
+        if built == "built":
             c.ub_sps = min(c.ub_sps, _config_ub(c, pq_max, thr_of(c, best_k)))
             if c.ub_sps > best_k:
                 c.ub_sps = min(c.ub_sps, _refined_ub(c, pq_max, best_k, top_k))
@@ -299,11 +303,12 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
                 add_finished(c, r.finished)
             say(f"key graph of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
                 f"best {kth_best():.4g}", c)
-        elif not c.engine.graph_too_large:                     # the deadline passed
+        elif built == "deadline":
             open_bounds.extend(x.ub_sps for x in order[i:] if x.ub_sps > best_k)
             break
         else:
-            say("key graph too large, relaxed bounds only", c)
+            say(f"key graph too large (over {graph_caps.max_level_keys} keys on a level or "
+                f"{graph_caps.max_stage_sims} stage simulations), relaxed bounds only", c)
         exact_left.append(c)
     # those with a graph first: their searches are short and may raise the incumbent
     exact_left.sort(key=lambda c: (c.engine.graph is None, -c.ub_sps, c.config.micro_batch,

@@ -17,18 +17,15 @@ by position produce identical labels when their choices are permuted, and merge.
 """
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from osdp_sim.costmodel.fast import NEG, mlp_first, stage, start_label
+from osdp_sim.costmodel.fast import mlp_first, stage, start_label
 from osdp_sim.search.bounds import Bounds
-from osdp_sim.search.keygraph import KeyGraph, Timeout, TooLarge, lambda_grid
+from osdp_sim.search.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
+from osdp_sim.search.labels import NCOL, NDELTA, ZERO, update
 from osdp_sim.search.problem import Problem
-
-NCOL = 7            # t, u, v, y, pm, m1, m2
-NDELTA = 12         # dt, opt, s_n, o_v, o_y, d_y, d_v, pm, o_m1, o_m2, g_a, p_a
-ZERO = (0, 0, 0, NEG, NEG, 0, 0, 0, NEG, NEG, 0, 0)
 
 
 def positions_of(pb: Problem) -> list[tuple[str, int]]:
@@ -93,28 +90,30 @@ class Engine:
         self.stats_transitions = 0
         self.stage_sims = 0                         # stage() simulations run (memo misses)
         self.graph: KeyGraph | None = None          # exact time-to-go (keygraph.py), once built
-        self.graph_too_large = False                # set once: the graph is not tried again
+        self.too_large: list = []                   # (limit, threshold, caps) of abandoned graphs
         nchoice = len(pb.choices)
         self.codes_nc = list(range(nchoice)) if False in pb.ckpt_options else []
         self.codes_ck = list(range(nchoice, 2 * nchoice)) if True in pb.ckpt_options else []
 
     def build_graph(self, pq_max: float, thr_q: float = float("inf"), deadline: float | None = None,
-                    max_keys: int | None = None) -> bool:
+                    caps: GraphCaps = GraphCaps()) -> str:
         """Build the key graph (keygraph.py) for runs with limit <= pq_max and threshold <= thr_q;
-        run() and frontier_bound() use it from then on. False when the deadline passed first or
-        the graph is too large (the search then keeps the relaxed bounds)."""
+        graph_for() returns it from then on. Returns "built" (or already there), "too large" (the
+        search then keeps the relaxed bounds) or "deadline"."""
         if self.graph is not None and self.graph.covers(pq_max, thr_q):
-            return True
-        if self.graph_too_large:
-            return False
+            return "built"
+        # a graph abandoned at a limit and threshold no smaller, with caps no larger, is not tried
+        # again: it would meet at least as many keys (a smaller limit or threshold prunes more)
+        if any(pq_max >= p and thr_q >= t and caps <= c for p, t, c in self.too_large):
+            return "too large"
         try:
-            self.graph = KeyGraph(self, lambda_grid(self.bounds.j_lam), pq_max, thr_q, deadline, max_keys)
+            self.graph = KeyGraph(self, lambda_grid(self.bounds.j_lam), pq_max, thr_q, deadline, caps)
         except TooLarge:
-            self.graph_too_large = True
-            return False
+            self.too_large.append((pq_max, thr_q, caps))
+            return "too large"
         except Timeout:
-            return False
-        return True
+            return "deadline"
+        return "built"
 
     def graph_for(self, pq_max: float, thr_q: float) -> KeyGraph | None:
         """The key graph if it is valid for a run with this limit and threshold, else None."""
@@ -192,7 +191,6 @@ class Engine:
         tk = (key_id, kind, sig)
         t = self.tables.get(tk)
         if t is None:
-            key = self.keys[key_id]
             if kind == "embed":
                 codes = [0]
             elif kind == "mlp":
@@ -437,20 +435,6 @@ class Engine:
             C, CK, CP, CC = C[best], CK[best], CP[best], CC[best]
         stats.kept += len(C)
         return C, CK, CP, CC
-
-
-def update(L: np.ndarray, D: np.ndarray, m: int) -> np.ndarray:
-    """fast.apply on arrays: labels (n, NCOL) and stage deltas (n, NDELTA)."""
-    C = np.empty((len(L), NCOL), dtype=np.int64)
-    C[:, 0] = L[:, 0] + m * D[:, 0] + D[:, 1]
-    C[:, 1] = np.maximum.reduce([L[:, 1] + D[:, 2], L[:, 2] + D[:, 3], L[:, 3] + D[:, 4],
-                                 L[:, 5] + D[:, 2] + D[:, 10], L[:, 6] + D[:, 2] + D[:, 11]])
-    C[:, 2] = L[:, 2] + D[:, 6]
-    C[:, 3] = L[:, 3] + D[:, 5]
-    C[:, 4] = np.maximum(L[:, 4], D[:, 7])
-    C[:, 5] = L[:, 3] + D[:, 8]
-    C[:, 6] = L[:, 3] + D[:, 9]
-    return C
 
 
 def pareto_by_key(C: np.ndarray, CK: np.ndarray, top_k: int, deadline: float | None = None) -> np.ndarray:

@@ -23,18 +23,30 @@ real label there can, so a plan that fits and beats thr_q never passes through i
 minima over paths through kept nodes only, which bounds every completion that matters; labels at
 a dropped node get an infinite bound. The graph is therefore valid for any run whose limit and
 threshold are no larger than the ones it was built with (`covers`). When reductions pile up
-(communication-bound chains) the keys multiply; past `max_keys` nodes on one level the graph is
-abandoned (or past MAX_NEW_STAGES stage simulations in all) and the search keeps the relaxed
-bounds alone.
+(communication-bound chains) the keys multiply; past `max_level_keys` nodes on one level the graph is
+abandoned (or past `max_stage_sims` new stage simulations in all) and the search keeps the
+relaxed bounds alone (GraphCaps: the defaults keep a graph under about 15 s on a 48-block model).
 """
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
+from osdp_sim.search.labels import update
+
 N_LAMBDA = 24
-MAX_LEVEL_KEYS = 3000
-MAX_NEW_STAGES = 300_000          # stage simulations (about 70 us each) the graph may run
+
+
+@dataclass(frozen=True)
+class GraphCaps:
+    """How large a key graph may grow before it is abandoned."""
+
+    max_level_keys: int = 3000         # nodes on one level
+    max_stage_sims: int = 300_000      # new stage simulations (about 50-90 us each)
+
+    def __le__(self, other: "GraphCaps") -> bool:
+        return self.max_level_keys <= other.max_level_keys and self.max_stage_sims <= other.max_stage_sims
 
 
 class Timeout(Exception):
@@ -42,8 +54,8 @@ class Timeout(Exception):
 
 
 class TooLarge(Exception):
-    """A level of the graph has more than max_keys nodes, or building it ran more than
-    MAX_NEW_STAGES stage simulations."""
+    """A level of the graph has more nodes, or building it ran more stage simulations, than its
+    GraphCaps allow."""
 
 
 def lambda_grid(j_lam: np.ndarray) -> np.ndarray:
@@ -69,10 +81,8 @@ class KeyGraph:
     """H_lambda and M per level (rows: the kept keys of that level, sorted by key id)."""
 
     def __init__(self, engine, lams: np.ndarray, pq_max: float, thr_q: float,
-                 deadline: float | None = None, max_keys: int | None = None):
-        from osdp_sim.search.dp import update          # dp imports this module
+                 deadline: float | None = None, caps: GraphCaps = GraphCaps()):
         self.lams, self.pq_max, self.thr_q = lams, pq_max, thr_q
-        max_keys = MAX_LEVEL_KEYS if max_keys is None else max_keys
         pb = engine.pb
         n = len(engine.positions)
         L, K = engine.start()
@@ -99,7 +109,7 @@ class KeyGraph:
             else:
                 ok = (np.maximum(L[:, 1], L[:, 3] + L[:, 4]) <= pq_max) & (L[:, 0] < thr_q)
             L, K = L[ok], K[ok]
-            if len(K) > max_keys or engine.stage_sims - sims_before > MAX_NEW_STAGES:
+            if len(K) > caps.max_level_keys or engine.stage_sims - sims_before > caps.max_stage_sims:
                 raise TooLarge
             levels.append(K)
         self.levels = levels                 # per level: the kept key ids, sorted
