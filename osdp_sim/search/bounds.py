@@ -219,35 +219,53 @@ class Bounds:
         self.m_margin = 8.0 * (n + 2) + 16.0
 
     # ---- key-dependent parts ------------------------------------------------------------------
-    def gap_terms(self, g: int, pend: Pending, queue: tuple, deferred: Option | None,
-                  mlp_shape: int | None = None, c: int | None = None, ck_attn: bool = False) -> np.ndarray:
-        """(J,) time units of everything undecided for a label with this key waiting for decision
-        g, before subtracting lambda * budget. deferred: the checkpointed MLP choice of a
-        "deferred" key (mlp_shape, c: its shape and choice index)."""
-        m = self.pb.m
+    def key_terms(self, g: int, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For labels waiting for decision g whose keys are summarised by the rows R (key_row):
+        ((N, J) time units of everything undecided, before subtracting lambda * budget; (N,)
+        memory lower bound of the undecided)."""
+        n = len(R)
+        if g >= len(self.positions):
+            return np.zeros((n, len(self.j_lam))), np.zeros(n)
+        m, mu = self.pb.m, self.j_mu
         wf_c, wf_a, wb_c, wb_a = self.w
-        items = sum(w for (w, *_r) in pend.items)
-        qwork = sum(q[0] for q in queue)
-        kc = (m * (wb_c * pend.b + wb_a * (items + qwork) + wf_a * (pend.agf or 0.0)) / TIME_Q)[self.j_mu]
-        expo_p = (m * (1 - wb_a) * items / TIME_Q)[self.j_mu]      # pending reduction exposed
+        kind, b, items, qwork, agf, head, c = (R[:, i] for i in range(KEY_COLS))
+        kc = (m * (wb_c[None, :] * b[:, None] + wb_a[None, :] * (items + qwork)[:, None]
+                   + wf_a[None, :] * agf[:, None]) / TIME_Q)[:, mu]
+        expo_p = ((m * (1 - wb_a))[None, :] * items[:, None] / TIME_Q)[:, mu]   # pending reduction exposed
         tab = self.tab[g]
-        if ck_attn:                   # the MLP of this checkpointed block re-gathers: sigma = 1
-            return kc + tab["dz"]
-        if deferred is None:
+        T = np.empty_like(kc)
+        M = np.empty(n)
+        plain, ck_attn, deferred = kind == 0, kind == 1, kind == 2
+        if plain.any():
             if self.positions[g][0] == "mlp":
-                return kc + np.minimum(tab["A"], tab["B"] + expo_p)
-            return kc + (tab["u"] if "u" in tab else tab["A"])
-        terms = self.terms[mlp_shape]
-        head = not pend.items
-        own = terms.ck[:, c][self.j_mu] + self.j_lam * terms.s_ck[c]
-        up = ((terms.ckh if head else terms.cke)[:, c] - terms.ck[:, c])[self.j_mu]
-        if deferred.z3:
-            return kc + own + up + expo_p + tab["dz"]
-        return kc + own + np.minimum(tab["dn_z"] + up + expo_p, tab["dn_n"])
+                T[plain] = kc[plain] + np.minimum(tab["A"], tab["B"] + expo_p[plain])
+            else:
+                T[plain] = kc[plain] + (tab["u"] if "u" in tab else tab["A"])
+            M[plain] = self.mem[g]
+        if ck_attn.any():             # the MLP of this checkpointed block re-gathers: sigma = 1
+            T[ck_attn] = kc[ck_attn] + tab["dz"]
+            M[ck_attn] = self.memd[g]
+        if deferred.any():            # the checkpointed MLP choice c, recorded in the key
+            terms = self.terms[self.pb.blocks[self.positions[g][1]].mlp_shape]
+            d = np.flatnonzero(deferred)
+            cd = c[d].astype(int)
+            own = terms.ck[:, cd].T[:, mu] + self.j_lam[None, :] * terms.s_ck[cd][:, None]
+            up = (np.where(head[d][:, None] > 0, terms.ckh[:, cd].T, terms.cke[:, cd].T) - terms.ck[:, cd].T)[:, mu]
+            z = terms.z3[cd]
+            T[d] = np.where(z[:, None], kc[d] + own + up + expo_p[d] + tab["dz"],
+                            kc[d] + own + np.minimum(tab["dn_z"] + up + expo_p[d], tab["dn_n"]))
+            M[d] = self.memd[g] + terms.s_ck[cd]
+        return T, M
 
-    def mem_terms(self, g: int, deferred: Option | None, ck_attn: bool = False) -> float:
-        if ck_attn:
-            return self.memd[g]
-        if deferred is None:
-            return self.mem[g]
-        return self.memd[g] + (deferred.res + deferred.kept_gath) / MEM_Q
+
+KEY_COLS = 7
+
+
+def key_row(kind: int, pend: Pending | None, queue: tuple, c: int = -1) -> tuple:
+    """What the bounds read of a key: (kind: 0 plain, 1 checkpointed MLP done ("C"), 2 deferred
+    checkpointed MLP choice ("D"); the pending backward's work; its reductions' work; the queued
+    work; its own forward gather; 1 if it has no reductions (the head); the deferred choice)."""
+    if pend is None:
+        return (kind, 0.0, 0.0, 0.0, 0.0, 1.0, c)
+    return (kind, pend.b, sum(w for (w, *_r) in pend.items), sum(q[0] for q in queue), pend.agf or 0.0,
+            0.0 if pend.items else 1.0, c)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from osdp_sim.costmodel.fast import mlp_first, stage, start_label
-from osdp_sim.search.bounds import Bounds
+from osdp_sim.search.bounds import KEY_COLS, Bounds, key_row
 from osdp_sim.search.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
 from osdp_sim.search.labels import NCOL, NDELTA, ZERO, update
 from osdp_sim.search.problem import Problem
@@ -86,7 +86,7 @@ class Engine:
         self.trans: dict = {}
         self.tables: dict = {}
         self.single: dict = {}
-        self.kconst: dict = {}
+        self._rows = np.zeros((64, KEY_COLS))                 # id -> key_row (bounds.py)
         self.stats_transitions = 0
         self.stage_sims = 0                         # stage() simulations run (memo misses)
         self.graph: KeyGraph | None = None          # exact time-to-go (keygraph.py), once built
@@ -126,7 +126,20 @@ class Engine:
             i = len(self.keys)
             self.key_ids[key] = i
             self.keys.append(key)
+            if i == len(self._rows):
+                self._rows = np.concatenate([self._rows, np.zeros_like(self._rows)])
+            if key[0] == "C":
+                self._rows[i] = key_row(1, *self.keys[key[1]])
+            elif key[0] == "D":
+                self._rows[i] = key_row(2, *self.keys[key[1]], key[2])
+            else:
+                self._rows[i] = key_row(0, *key)
         return i
+
+    @property
+    def key_rows(self) -> np.ndarray:
+        """(number of keys, KEY_COLS): what the bounds read of each key."""
+        return self._rows[:len(self.keys)]
 
     def start(self) -> tuple[np.ndarray, np.ndarray]:
         """The one label before any decision (the head's backward pending) and its key id."""
@@ -207,30 +220,6 @@ class Engine:
             self.tables[tk] = t
         return t
 
-    def key_bound_at(self, key_id: int, g: int):
-        """For a label with this key waiting for decision g: ((J,) time terms of everything
-        undecided, before subtracting lambda * budget; memory lower bound of the undecided)."""
-        ck = (key_id, g)
-        r = self.kconst.get(ck)
-        if r is None:
-            bnd = self.bounds
-            key = self.keys[key_id]
-            if g >= len(self.positions):
-                r = (np.zeros(len(bnd.j_lam)), 0.0)
-            elif key[0] == "D":
-                b = self.pb.blocks[self.positions[g][1]]
-                pend, queue = self.keys[key[1]]
-                opt = self.pb.shapes[b.mlp_shape][key[2]]
-                r = (bnd.gap_terms(g, pend, queue, opt, b.mlp_shape, key[2]), bnd.mem_terms(g, opt))
-            elif key[0] == "C":
-                pend, queue = self.keys[key[1]]
-                r = (bnd.gap_terms(g, pend, queue, None, ck_attn=True), bnd.mem_terms(g, None, ck_attn=True))
-            else:
-                pend, queue = key
-                r = (bnd.gap_terms(g, pend, queue, None), bnd.mem_terms(g, None))
-            self.kconst[ck] = r
-        return r
-
     def lower_bounds(self, g: int, C: np.ndarray, CK: np.ndarray, pq_max: float,
                      graph: KeyGraph | None = None):
         """(time lower bound, memory lower bound) of labels C with keys CK waiting for g.
@@ -238,9 +227,8 @@ class Engine:
         them with."""
         bnd = self.bounds
         ukey, kinv = np.unique(CK, return_inverse=True)
-        infos = [self.key_bound_at(int(k), g) for k in ukey]
-        KC = np.stack([x[0] for x in infos])[kinv]               # (N, J)
-        KM = np.array([x[1] for x in infos])[kinv]
+        KC, KM = bnd.key_terms(g, self.key_rows[ukey])
+        KC, KM = KC[kinv], KM[kinv]                              # (N, J), (N,)
         mem_lb = C[:, 1] + KM - bnd.m_margin
         if np.isfinite(pq_max):
             # the undecided steps may add at most pq_max - U bytes (U' >= U + S_N)
