@@ -431,7 +431,8 @@ def pareto_by_key(C: np.ndarray, CK: np.ndarray, top_k: int, deadline: float | N
 
     top_k = 1, vectorised: with rows sorted, a row can only be dominated by an earlier row of its
     key. If its u is below every earlier u of the key, nothing dominates it. Otherwise the earlier
-    row with the least u (ties: first) decides in the common case; the rest are checked one by one.
+    row with the least u (ties: first) decides in the common case, then the earlier rows least in
+    each other column; the rest are checked one by one.
     """
     n = len(C)
     keep = np.ones(n, dtype=bool)
@@ -453,26 +454,40 @@ def pareto_by_key(C: np.ndarray, CK: np.ndarray, top_k: int, deadline: float | N
                 kept_rows.append(i)
         return keep
     seg = np.cumsum(np.r_[True, CK[1:] != CK[:-1]]) - 1
-    nseg = seg[-1] + 1
-    rank = np.empty(n, dtype=np.int64)
-    by_u = np.lexsort((np.arange(n), C[:, 1]))
-    rank[by_u] = np.arange(n)
-    tv = (nseg - seg) * n + rank
-    cm = np.minimum.accumulate(tv)
     first = np.r_[True, seg[1:] != seg[:-1]]
-    prev = np.r_[0, cm[:-1]]
-    cand = ~first
-    j = by_u[np.where(first, 0, prev - (nseg - seg) * n)]      # earlier row of least u
-    cand &= C[j, 1] <= C[:, 1]
+
+    def earlier_least(col: int) -> np.ndarray:
+        """Per row, the earlier row of its key with the least value in col (ties: the first)."""
+        nseg = seg[-1] + 1
+        rank = np.empty(n, dtype=np.int64)
+        by = np.lexsort((np.arange(n), C[:, col]))
+        rank[by] = np.arange(n)
+        tv = (nseg - seg) * n + rank              # later keys rank below earlier ones: the
+        prev = np.r_[0, np.minimum.accumulate(tv)[:-1]]      # running minimum restarts per key
+        return by[np.where(first, 0, prev - (nseg - seg) * n)]
+
+    j = earlier_least(1)
+    cand = ~first & (C[j, 1] <= C[:, 1])
     dominated = cand & np.all(C[j][:, 2:] <= C[:, 2:], axis=1)
-    unsure = np.flatnonzero(cand & ~dominated)
     keep[dominated] = False
+    unsure = np.flatnonzero(cand & ~dominated)
+    # the earlier rows least in each other column decide most of the rest; a row below every
+    # earlier row of its key in some column is dominated by none
+    for col in range(2, C.shape[1]):
+        if not len(unsure):
+            break
+        jc = earlier_least(col)[unsure]
+        dom = np.all(C[jc, 1:] <= C[unsure, 1:], axis=1)
+        keep[unsure[dom]] = False
+        free = C[unsure, col] < C[jc, col]
+        unsure = unsure[~dom & ~free]
     if len(unsure):
         seg_start = starts[seg]
         for n_done, i in enumerate(unsure):
             if deadline is not None and n_done % 256 == 255 and time.perf_counter() > deadline:
                 raise _Timeout
-            block = C[seg_start[i]:i]
+            s0 = seg_start[i]
+            block = C[s0:i][keep[s0:i]]        # dominance is transitive: kept rows suffice
             if np.any(np.all(block[:, 1:] <= C[i, 1:], axis=1)):
                 keep[i] = False
     return keep
