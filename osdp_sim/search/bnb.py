@@ -23,6 +23,7 @@ from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan.plan import Plan
 from osdp_sim.search.dp import Engine, Finished
 from osdp_sim.search.keygraph import GraphCaps
+from osdp_sim.search.keystore import KeyStore
 from osdp_sim.search.problem import Problem, build_problem
 from osdp_sim.search.space import (SearchSpace, devices_of, grad_accum_of, group_choices,
                                    shard_groups_of)
@@ -178,7 +179,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     # bounds per configuration
     for c in fitting:
         if c.config not in engines:
-            engines[c.config] = Engine(c.problem, cache.setdefault("stages", {}))
+            engines[c.config] = Engine(c.problem, cache.setdefault("keys", KeyStore()))
         c.engine = engines[c.config]
         c.problem = c.engine.pb
         c.ub_sps = _config_ub(c, pq_max)

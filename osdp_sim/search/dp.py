@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from osdp_sim.costmodel.fast import mlp_first, stage, start_label
-from osdp_sim.search.bounds import KEY_COLS, Bounds, key_row
+from osdp_sim.search.bounds import Bounds
 from osdp_sim.search.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
+from osdp_sim.search.keystore import KeyStore
 from osdp_sim.search.labels import NCOL, NDELTA, ZERO, update
 from osdp_sim.search.problem import Problem
 
@@ -72,21 +73,18 @@ class DPResult:
 class Engine:
     """Transition tables of one problem, shared by every run on it."""
 
-    def __init__(self, pb: Problem, stage_memo: dict | None = None):
-        """stage_memo: stage results shared between engines (stage() is a pure function of the
-        key, the steps and the slowdown; configurations that differ only in the root strategy
-        meet the same keys after the last block)."""
+    def __init__(self, pb: Problem, store: KeyStore | None = None):
+        """store: keys and stage results shared with other engines (keystore.py)."""
         self.pb = pb
-        self.memo = {} if stage_memo is None else stage_memo
+        self.store = KeyStore() if store is None else store
+        self.keys = self.store.keys                 # id -> key
+        self.intern = self.store.intern
         self.positions = positions_of(pb)
         self.bounds = Bounds(pb, self.positions)
-        self.keys: list[tuple] = []                 # id -> key
-        self.key_ids: dict = {}
-        self.key_info: list[tuple] = []             # id -> (base key, deferred option or None)
-        self.trans: dict = {}
         self.tables: dict = {}
         self.single: dict = {}
-        self._rows = np.zeros((64, KEY_COLS))                 # id -> key_row (bounds.py)
+        self._sids = [[self.store.steps_id(o.steps) for o in opts] for opts in pb.shapes]
+        self._sid_embed = self.store.steps_id((pb.root.embed,))
         self.stats_transitions = 0
         self.stage_sims = 0                         # stage() simulations run (memo misses)
         self.graph: KeyGraph | None = None          # exact time-to-go (keygraph.py), once built
@@ -120,26 +118,10 @@ class Engine:
         g = self.graph
         return g if g is not None and g.covers(pq_max, thr_q) else None
 
-    def intern(self, key: tuple) -> int:
-        i = self.key_ids.get(key)
-        if i is None:
-            i = len(self.keys)
-            self.key_ids[key] = i
-            self.keys.append(key)
-            if i == len(self._rows):
-                self._rows = np.concatenate([self._rows, np.zeros_like(self._rows)])
-            if key[0] == "C":
-                self._rows[i] = key_row(1, *self.keys[key[1]])
-            elif key[0] == "D":
-                self._rows[i] = key_row(2, *self.keys[key[1]], key[2])
-            else:
-                self._rows[i] = key_row(0, *key)
-        return i
-
     @property
     def key_rows(self) -> np.ndarray:
         """(number of keys, KEY_COLS): what the bounds read of each key."""
-        return self._rows[:len(self.keys)]
+        return self.store.rows
 
     def start(self) -> tuple[np.ndarray, np.ndarray]:
         """The one label before any decision (the head's backward pending) and its key id."""
@@ -149,13 +131,15 @@ class Engine:
         return L, np.array([self.intern(key0)], dtype=np.int64)
 
     # ---- transitions -------------------------------------------------------------------
-    def _st(self, key: tuple, steps: tuple, kind: str, ck: float = 0.0):
-        mk = (key, steps, kind, self.pb.s, ck)
-        out = self.memo.get(mk)
-        if out is None:
-            out = self.memo[mk] = stage(key, steps, kind, self.pb.s, ck)
+    def _st(self, key_id: int, sid, steps: tuple, kind: str, ck: float = 0.0):
+        """stage() on a key and steps given by ids: (its result, the id of its new key)."""
+        mk = (key_id, sid, kind, self.pb.s, ck)
+        hit = self.store.stages.get(mk)
+        if hit is None:
+            out = stage(self.keys[key_id], steps, kind, self.pb.s, ck)
+            hit = self.store.stages[mk] = (out, self.intern(out.key))
             self.stage_sims += 1
-        return out
+        return hit
 
     def _stage(self, key_id: int, g: int, code: int) -> tuple[int, tuple]:
         """New key and deltas (see NDELTA) for decision g = code."""
@@ -164,30 +148,34 @@ class Engine:
         key = self.keys[key_id]
         nchoice = len(pb.choices)
         if kind == "embed":
-            out = self._st(key, (pb.root.embed,), "embed")
+            out, nk = self._st(key_id, self._sid_embed, (pb.root.embed,), "embed")
         else:
             b = pb.blocks[bi]
             if kind == "mlp":
-                opt = pb.shapes[b.mlp_shape][code % nchoice]
+                c = code % nchoice
+                opt = pb.shapes[b.mlp_shape][c]
+                sid = self._sids[b.mlp_shape][c]
                 if code < nchoice:
-                    out = self._st(key, opt.steps, "group")
+                    out, nk = self._st(key_id, sid, opt.steps, "group")
                 elif mlp_first(opt.steps, key[0]):
-                    out = self._st(key, opt.steps, "ckmlp", b.ck)
+                    out, nk = self._st(key_id, sid, opt.steps, "ckmlp", b.ck)
                     self.stats_transitions += 1
-                    return self.intern(("C", self.intern(out.key))), self._deltas(out)
+                    return self.intern(("C", nk)), self._deltas(out)
                 else:                                       # checkpointed: the whole block later
-                    return self.intern(("D", key_id, code % nchoice)), ZERO
+                    return self.intern(("D", key_id, c)), ZERO
             else:
                 aopt = pb.shapes[b.attn_shape][code]
+                sid = self._sids[b.attn_shape][code]
                 if key[0] == "D":
                     mopt = pb.shapes[b.mlp_shape][key[2]]
-                    out = self._st(self.keys[key[1]], aopt.steps + mopt.steps, "ckpt", b.ck)
+                    out, nk = self._st(key[1], (sid, self._sids[b.mlp_shape][key[2]]),
+                                       aopt.steps + mopt.steps, "ckpt", b.ck)
                 elif key[0] == "C":
-                    out = self._st(self.keys[key[1]], aopt.steps, "ckattn", b.ck)
+                    out, nk = self._st(key[1], sid, aopt.steps, "ckattn", b.ck)
                 else:
-                    out = self._st(key, aopt.steps, "group")
+                    out, nk = self._st(key_id, sid, aopt.steps, "group")
         self.stats_transitions += 1
-        return self.intern(out.key), self._deltas(out)
+        return nk, self._deltas(out)
 
     @staticmethod
     def _deltas(out) -> tuple:
