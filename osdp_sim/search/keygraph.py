@@ -25,7 +25,7 @@ a dropped node get an infinite bound. The graph is therefore valid for any run w
 threshold are no larger than the ones it was built with (`covers`). When reductions pile up
 (communication-bound chains) the keys multiply; past `max_level_keys` nodes on one level the graph is
 abandoned (or past `max_stage_sims` new stage simulations in all) and the search keeps the
-relaxed bounds alone (GraphCaps: the defaults keep a graph under about 15 s on a 48-block model).
+relaxed bounds alone (GraphCaps: the defaults keep a graph under about 20 s on a 48-block model).
 """
 
 import time
