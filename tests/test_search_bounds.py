@@ -115,15 +115,18 @@ def test_key_graph_bound_admissible_and_tighter(seed):
     assert built >= 10
 
 
-def test_key_graph_drops_nodes_no_plan_beating_the_threshold_passes():
-    """Built with a threshold below the best time, the graph keeps no path: the bound at the
-    start is infinite (the configuration is ruled out)."""
+def _two_block_engine() -> Engine:
     rng = random.Random(11)
     hw = random_hw(rng)
     spec = random_spec(rng, 2)
     cfg = Config(hw.device.count, 2, 1, hw.device.count, "bf16", "adamw", "zero3")
-    pb = build_problem(spec, hw, cfg, group_choices(SearchSpace(splits=(1, 2))), (False, True))
-    eng = Engine(pb)
+    return Engine(build_problem(spec, hw, cfg, group_choices(SearchSpace(splits=(1, 2))), (False, True)))
+
+
+def test_key_graph_drops_nodes_no_plan_beating_the_threshold_passes():
+    """Built with a threshold below the best time, the graph keeps no path: the bound at the
+    start is infinite (the configuration is ruled out)."""
+    eng = _two_block_engine()
     assert eng.build_graph(float("inf")) == "built"
     L, K = eng.start()
     best = eng.lower_bounds(0, L, K, float("inf"), graph=eng.graph)[0][0] + eng.bounds.t_margin
@@ -135,12 +138,7 @@ def test_key_graph_drops_nodes_no_plan_beating_the_threshold_passes():
 def test_abandoned_key_graph_is_tried_again_only_with_more_room():
     """A graph abandoned under its caps is not rebuilt for the same (or a larger) limit and
     threshold with the same caps; it is with larger caps, or with a threshold that prunes more."""
-    rng = random.Random(11)
-    hw = random_hw(rng)
-    spec = random_spec(rng, 2)
-    cfg = Config(hw.device.count, 2, 1, hw.device.count, "bf16", "adamw", "zero3")
-    pb = build_problem(spec, hw, cfg, group_choices(SearchSpace(splits=(1, 2))), (False, True))
-    eng = Engine(pb)
+    eng = _two_block_engine()
     tiny = GraphCaps(max_level_keys=1)
     assert eng.build_graph(float("inf"), caps=tiny) == "too large"
     assert eng.build_graph(float("inf"), caps=tiny) == "too large" and len(eng.too_large) == 1

@@ -270,20 +270,13 @@ def run_compute(c: float, start_deltas: tuple, end_delta: float, queue: tuple, n
         if cdone:
             break
     if bar >= k:                         # the next task waits: items up to the barrier run alone
-        if active:
-            now += rem
-            rem = 0.0
-            if fe:
-                ev.append((now, 0, 0, len(ev), -fe))
-            if ae:
-                ev.append((now, 0, 1, len(ev), ae))
-            active = False
-            k += 1
         z = bar                          # zero-work items due last start with the next task
         while z >= k and (queue[z][4] if z < nq else new_items[z - nq][0]) <= 0:
-            z -= 1
+            z -= 1                       # (a running item has work: z stops at it)
         while k <= z:
-            if k < nq:
+            if active:                   # the item running when the compute task ended
+                active, started = False, True
+            elif k < nq:
                 rem, a0, fe, ae, work, started = queue[k]
             else:
                 work, a0, fe, ae, _rae = new_items[k - nq]
