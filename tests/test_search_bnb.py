@@ -121,7 +121,7 @@ def test_time_limit_reports_best_and_gap():
     spec = build_spec(with_overrides(BUILTIN["gpt2-1.5b"], n_layers=12))
     space = SearchSpace(micro_batches=(2, 4))
     full = search(spec, hw, 4 * 2**30, space)
-    assert full.status == "optimal" and full.gap == 0.0
+    assert full.status == "optimal" and full.gap == 0.0 and full.open_configs == []
     # a deadline already passed: nothing searched, and the bound still covers the optimum
     none = search(spec, hw, 4 * 2**30, space, time_limit_s=0.0)
     assert none.status == "time_limit" and none.plan is None
@@ -133,6 +133,12 @@ def test_time_limit_reports_best_and_gap():
         if res.plan is not None:
             assert res.gap == pytest.approx((res.best_bound - res.estimate.samples_per_s) / res.estimate.samples_per_s)
             assert res.estimate.samples_per_s <= full.estimate.samples_per_s * (1 + 1e-9)
+            # what is left open, and why, is named: configurations whose bound beats the plan found
+            assert res.open_configs and "open: micro-batch" in res.message
+            for o in res.open_configs:
+                assert o["bound_samples_per_s"] > res.estimate.samples_per_s
+                assert o["micro_batch"] in (2, 4)
+                assert o["reason"] in ("key graph over the caps", "not finished within the time limit")
     else:
         assert res.status == "optimal"
         assert res.estimate.samples_per_s == pytest.approx(full.estimate.samples_per_s, rel=1e-9)

@@ -11,7 +11,7 @@ promising configurations supplies that incumbent first. docs/search.md has the a
 import math
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -54,6 +54,7 @@ class SearchResult:
     objective: str = "time"
     configs: int = 0                     # configurations considered
     configs_searched: int = 0            # searched exactly (the rest were ruled out by bounds)
+    open_configs: list = field(default_factory=list)  # when stopped: [{micro_batch, shard_group, root, bound_samples_per_s, reason}]
 
 
 @dataclass
@@ -273,6 +274,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     order.sort(key=lambda c: (-best_of.get(c.config, 0.0), -c.ub_sps, c.config.micro_batch,
                               c.config.shard_group, c.config.root))
     exact_left: list = []
+    over_caps: list = []
     say(f"incumbent {kth_best():.4g} samples/s, {sum(c.ub_sps > kth_best() for c in order)} "
         "configurations may beat it")
     for i, c in enumerate(order):
@@ -308,6 +310,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
             open_bounds.extend(x.ub_sps for x in order[i:] if x.ub_sps > best_k)
             break
         else:
+            over_caps.append(c)
             say(f"key graph too large (over {graph_caps.max_level_keys} keys on a level or "
                 f"{graph_caps.max_stage_sims} stage simulations), relaxed bounds only", c)
         exact_left.append(c)
@@ -336,6 +339,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
                 open_bounds.append(c.problem.samples / (r.open_bound_q * TIME_Q))
             open_bounds.extend(x.ub_sps for x in exact_left[i + 1:] if x.ub_sps > kth_best())
             break
+        c.ub_sps = 0.0                                       # done: its plans are in `found`
     for sps, peak, _o, c, f, _k in found:
         cur = per_mb[c.config.micro_batch][0]
         per_mb[c.config.micro_batch][0] = sps if cur is None else max(cur, sps)
@@ -348,14 +352,21 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     bound = max([best] + open_bounds) if top else (max(open_bounds) if open_bounds else 0.0)
     seconds = time.perf_counter() - t0
     per_micro_batch = [(mb, v[0], v[1] and v[0] is None) for mb, v in sorted(per_mb.items())]
+    open_cfgs = [{"micro_batch": c.config.micro_batch, "shard_group": c.config.shard_group, "root": c.config.root,
+                  "bound_samples_per_s": c.ub_sps,
+                  "reason": "key graph over the caps" if c in over_caps else "not finished within the time limit"}
+                 for c in order if timed_out and c.ub_sps > best]
     if top:
         status = "time_limit" if timed_out else "optimal"
         gap = (bound - best) / best if timed_out else 0.0
         e = top[0][1]
         msg = (f"{'optimal' if not timed_out else 'best found'}: {best:.4g} samples/s at "
                f"{e.peak_memory_bytes / 2**30:.2f} GiB peak" + (f", gap {gap:.2%}" if timed_out else ""))
+        if open_cfgs:
+            msg += "; open: " + _describe_open(open_cfgs)
         return SearchResult(status, top[0][0], e, top, nodes, leaves, bound, gap, seconds, msg,
-                            math.nan, per_micro_batch, evaluated, None, "time", len(cfgs), searched)
+                            math.nan, per_micro_batch, evaluated, None, "time", len(cfgs), searched,
+                            open_cfgs)
     if timed_out:
         return SearchResult("time_limit", None, None, [], nodes, leaves, bound, math.inf, seconds,
                             "time limit reached before any plan that fits was found", math.nan,
@@ -365,6 +376,22 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
            f"{mp / 2**30:.2f} GiB")
     return SearchResult("infeasible", None, None, [], nodes, leaves, 0.0, math.inf, time.perf_counter() - t0,
                         msg, mp, per_micro_batch, evaluated, mp_plan, "time", len(cfgs), searched)
+
+
+def _describe_open(open_cfgs: list) -> str:
+    """One phrase per (micro-batch, shard group, bound, reason), the root strategies together."""
+    groups: dict = {}
+    for o in open_cfgs:
+        k = (o["micro_batch"], o["shard_group"], f"{o['bound_samples_per_s']:.4g}", o["reason"])
+        groups.setdefault(k, []).append(o["root"])
+    parts = [f"micro-batch {mb} (shard group {sg}, root {'/'.join(roots)}) may reach {b} samples/s, {reason}"
+             for (mb, sg, b, reason), roots in groups.items()]
+    if any(o["reason"] == "key graph over the caps" for o in open_cfgs):
+        hint = "larger --graph-max-keys/--graph-max-sims with --time-limit 0 can prove or rule them out"
+    else:
+        hint = ("a longer --time-limit searches them further; with 0, to the proof, which may need larger "
+                "--graph-max-keys/--graph-max-sims")
+    return "; ".join(parts) + f" ({hint})"
 
 
 def _config_ub(c: _Cfg, pq_max: float, thr_q: float = math.inf) -> float:

@@ -161,7 +161,7 @@ def _est_dict(est: Estimate) -> dict:
 def _certificate(result) -> dict:
     return {"status": result.status, "optimal": result.status == "optimal", "seconds": result.seconds,
             "nodes": result.nodes, "leaves": result.leaves, "best_bound": result.best_bound,
-            "gap": result.gap, "message": result.message}
+            "gap": result.gap, "message": result.message, "open_configs": list(result.open_configs)}
 
 
 def result_to_json(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, result,
