@@ -274,7 +274,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     order.sort(key=lambda c: (-best_of.get(c.config, 0.0), -c.ub_sps, c.config.micro_batch,
                               c.config.shard_group, c.config.root))
     exact_left: list = []
-    over_caps: list = []
+    over_caps: set = set()                          # configurations whose key graph passed the caps
     say(f"incumbent {kth_best():.4g} samples/s, {sum(c.ub_sps > kth_best() for c in order)} "
         "configurations may beat it")
     for i, c in enumerate(order):
@@ -310,7 +310,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
             open_bounds.extend(x.ub_sps for x in order[i:] if x.ub_sps > best_k)
             break
         else:
-            over_caps.append(c)
+            over_caps.add(c.config)
             say(f"key graph too large (over {graph_caps.max_level_keys} keys on a level or "
                 f"{graph_caps.max_stage_sims} stage simulations), relaxed bounds only", c)
         exact_left.append(c)
@@ -354,7 +354,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     per_micro_batch = [(mb, v[0], v[1] and v[0] is None) for mb, v in sorted(per_mb.items())]
     open_cfgs = [{"micro_batch": c.config.micro_batch, "shard_group": c.config.shard_group, "root": c.config.root,
                   "bound_samples_per_s": c.ub_sps,
-                  "reason": "key graph over the caps" if c in over_caps else "not finished within the time limit"}
+                  "reason": "key graph over the caps" if c.config in over_caps else "not finished within the time limit"}
                  for c in order if timed_out and c.ub_sps > best]
     if top:
         status = "time_limit" if timed_out else "optimal"
@@ -370,7 +370,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     if timed_out:
         return SearchResult("time_limit", None, None, [], nodes, leaves, bound, math.inf, seconds,
                             "time limit reached before any plan that fits was found", math.nan,
-                            per_micro_batch, evaluated, None, "time", len(cfgs), searched)
+                            per_micro_batch, evaluated, None, "time", len(cfgs), searched, open_cfgs)
     mp, mp_plan = min_peak(spec, hw, space, cache=problems)
     msg = (f"no plan fits {mem_limit_bytes / 2**30:.2f} GiB: the least peak memory in this space is "
            f"{mp / 2**30:.2f} GiB")
