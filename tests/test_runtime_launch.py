@@ -201,6 +201,25 @@ def test_hung_rank_times_out_and_every_rank_is_stopped(tmp_path):
 
 
 @pytest.mark.slow
+def test_slow_run_times_out_as_slow_not_as_hung(tmp_path):
+    # rank 1 sleeps 4 s before every step from step 1 on: the run keeps progressing, too slowly
+    out = launch(spec(), 2, timeout_s=14, grace_s=2, run_dir=str(tmp_path / "run"), echo=None,
+                 extra_env={"OSDP_SIM_FAULT": "slow:1:1"})
+    assert out.status == "timeout"
+    assert "still making progress at its usual pace" in out.failure["reason"], out.failure["reason"]
+    assert out.failure["rank"] is None
+    assert_all_gone(out.pids, out.run_id)
+
+
+def test_stalled_means_far_past_the_usual_gap():
+    from osdp_sim.runtime.launch import STALL_MIN_S, stalled_for
+    assert not stalled_for(STALL_MIN_S - 1, 0.1)       # short steps: a few seconds of quiet is fine
+    assert stalled_for(STALL_MIN_S + 1, 0.1)
+    assert not stalled_for(20.0, 8.0)                  # 8 s steps: 20 s is within three of them
+    assert stalled_for(25.0, 8.0)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_stopping_the_launcher_stops_every_rank(tmp_path, sig):
     run_id = f"interrupt-test-{sig.name}-{os.getpid()}"

@@ -216,8 +216,9 @@ def _monitor(procs, run_dir: Path, timeout_s: float, echo) -> tuple[str, dict | 
     done_ok = set()
     all_ok_at = None
     t_start = time.monotonic()
+    pace = [[t_start, 0.0, False] for _ in procs]   # per rank: last progress line's time, largest gap, any yet
     while True:
-        _pump(procs, run_dir, offsets, last_progress, echo)
+        _pump(procs, run_dir, offsets, last_progress, echo, pace)
         failed = _newly_failed(procs, run_dir, done_ok)
         if failed:
             # When one rank dies its peers fail too ("connection reset"); let them exit, then
@@ -234,7 +235,7 @@ def _monitor(procs, run_dir: Path, timeout_s: float, echo) -> tuple[str, dict | 
             if now - all_ok_at > GRACE_S:     # results are in; a rank stuck in teardown is killed
                 return "ok", None
         if now - t_start > timeout_s:
-            return "timeout", _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo)
+            return "timeout", _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo, pace)
         time.sleep(0.1)
 
 
@@ -274,9 +275,10 @@ def _blame(failed, run_dir: Path, last_progress) -> tuple[str, dict]:
     return "failed", _failure(r, f"rank {r}: {reason}", rc, run_dir)
 
 
-def _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo) -> dict:
+def _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo, pace) -> dict:
     """Ask every live rank for its Python stacks (faulthandler on SIGUSR1) and name the ranks that
-    are not waiting inside torch.distributed: those are the ones the others wait for."""
+    are not waiting inside torch.distributed: those are the ones the others wait for; unless every
+    rank was still making progress at its usual pace, which is a run slower than the timeout."""
     for p in procs:
         if p.poll() is None:
             try:
@@ -284,19 +286,38 @@ def _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo) ->
             except ProcessLookupError:
                 pass
     time.sleep(1.0)
-    _pump(procs, run_dir, offsets, last_progress, echo)
+    _pump(procs, run_dir, offsets, last_progress, echo, pace)
+    now = time.monotonic()
+    live = [r for r, p in enumerate(procs) if p.poll() is None]
+    stalled = [r for r in live if stalled_for(now - pace[r][0], pace[r][1])]
     suspects = []
     for r, p in enumerate(procs):
         stack = _main_stack(_log_text(run_dir, r))
         if p.poll() is None and stack is not None and "torch/distributed" not in stack:
             suspects.append(r)
     rank = suspects[0] if len(suspects) == 1 else None
-    where = "; ".join(f"rank {r}: {last_progress[r] or 'no progress'}" for r in range(len(procs)))
-    who = (f"rank {rank} is stuck outside any collective" if rank is not None else
-           f"ranks {suspects} are outside collectives" if suspects else
-           "every rank is waiting in a collective")
+    where = "; ".join(f"rank {r}: " + (f"{last_progress[r]} ({now - pace[r][0]:.0f} s ago)" if pace[r][2]
+                                        else "no progress") for r in range(len(procs)))
+    if live and not stalled:
+        who = ("every rank was still making progress at its usual pace: the run is slower than the "
+               "timeout allows (raise --timeout)")
+        rank = None                               # nobody to blame
+    else:
+        who = (f"rank {rank} is stuck outside any collective" if rank is not None else
+               f"ranks {suspects} are outside collectives" if suspects else
+               "every rank is waiting in a collective")
     return _failure(rank, f"timeout after {timeout_s:g} s: {who} ({where})", None, run_dir,
                     tail_rank=rank if rank is not None else 0)
+
+
+STALL_MIN_S = 5.0
+
+
+def stalled_for(since_last_s: float, largest_gap_s: float) -> bool:
+    """A rank is stalled when its last progress line is older than three times the largest gap
+    between its progress lines so far (and at least STALL_MIN_S): a step that takes long every
+    time is slow, one that never ends is stuck."""
+    return since_last_s > max(STALL_MIN_S, 3.0 * largest_gap_s)
 
 
 def _main_stack(text: str) -> str | None:
@@ -327,8 +348,9 @@ def _exit_reason(rc) -> str:
     return f"exited with code {rc} without a result"
 
 
-def _pump(procs, run_dir: Path, offsets, last_progress, echo) -> None:
-    """Echo new progress lines (all of rank 0's, the start and failure lines of the others)."""
+def _pump(procs, run_dir: Path, offsets, last_progress, echo, pace=None) -> None:
+    """Echo new progress lines (all of rank 0's, the start and failure lines of the others);
+    pace[r] = [time of rank r's last progress line, largest gap between two of them, seen any]."""
     for r in range(len(procs)):
         path = run_dir / f"rank{r}.log"
         try:
@@ -346,6 +368,9 @@ def _pump(procs, run_dir: Path, offsets, last_progress, echo) -> None:
                 continue
             msg = line.split(":", 1)[1].strip() if ":" in line else line
             last_progress[r] = msg
+            if pace is not None:                 # gaps between progress lines (not the start-up)
+                now = time.monotonic()
+                pace[r] = [now, max(pace[r][1], now - pace[r][0]) if pace[r][2] else 0.0, True]
             if echo and (r == 0 or not re.match(r"(step |warmup done|memory step done)", msg)):
                 print(line, file=echo, flush=True)
 

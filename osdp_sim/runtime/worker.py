@@ -22,7 +22,8 @@ MemoryError, RuntimeError "out of memory"/"can't allocate") are recorded as "oom
 
 Test hook: OSDP_SIM_FAULT="kill:RANK:STEP" makes rank RANK SIGKILL itself at the start of training
 step STEP (0-based over warmup, memory and timed steps); "hang:RANK:STEP" makes it sleep forever;
-"error:RANK:STEP" raises an exception.
+"error:RANK:STEP" raises an exception; "slow:RANK:STEP" makes it sleep SLOW_FAULT_S before every step
+from STEP on (a run that keeps making progress, only slowly).
 """
 
 import argparse
@@ -110,7 +111,14 @@ def parse_fault(rank: int):
     return (action, int(step)) if int(r) == rank else None
 
 
+SLOW_FAULT_S = 4.0
+
+
 def apply_fault(fault, step: int, rank: int) -> None:
+    if fault and fault[0] == "slow" and step >= fault[1]:
+        progress(rank, f"test fault 'slow' at step {step}")
+        time.sleep(SLOW_FAULT_S)
+        return
     if not fault or fault[1] != step:
         return
     progress(rank, f"test fault {fault[0]!r} at step {step}")
