@@ -258,3 +258,18 @@ def _read(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+def test_other_cpu_fraction_counts_our_own_process_as_ours():
+    from osdp_sim.runtime.launch import CpuAccount, cpu_account, other_cpu_fraction
+    # 10 s on 2 CPUs: 10 busy core-seconds, 5 of them ours -> others kept 5 / 20 of the CPUs busy
+    assert other_cpu_fraction(CpuAccount(0.0, 10.0, 1.0, 2), CpuAccount(10.0, 20.0, 6.0, 2)) == 0.25
+    assert other_cpu_fraction(CpuAccount(0.0, 10.0, 1.0, 2), CpuAccount(10.0, 12.0, 6.0, 2)) == 0.0
+    a = cpu_account()
+    if a is None:
+        pytest.skip("no /proc/stat")
+    t = time.process_time()
+    while time.process_time() - t < 0.3:        # this process's own CPU (a campaign's priority thread)
+        pass
+    b = cpu_account()
+    assert b.ours_s - a.ours_s >= 0.25

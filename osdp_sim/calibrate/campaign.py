@@ -573,34 +573,6 @@ def _write_failed_record(c: Campaign, job: Job, threads: int, rc, tail: str) -> 
     save_record_as(record, job.record_path)
 
 
-@dataclass(frozen=True)
-class CpuSample:
-    wall_s: float
-    busy_s: float          # CPU seconds all processes spent, over all cores (/proc/stat)
-    children_s: float      # CPU seconds of this process's finished children (and theirs)
-
-
-def cpu_sample() -> CpuSample | None:
-    import resource
-    from osdp_sim.runtime.launch import machine_cpu_s
-    machine = machine_cpu_s()
-    if machine is None:
-        return None
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return CpuSample(time.monotonic(), machine[0], ru.ru_utime + ru.ru_stime)
-
-
-def foreign_cpu_fraction(before: CpuSample | None, after: CpuSample | None) -> float | None:
-    """Share of the machine's CPU capacity that other work used between two samples: busy time
-    minus what our (reaped) child processes used, over wall time x cores. A run's ranks are
-    descendants of the validate process we wait for, so their time is in our children's."""
-    if before is None or after is None or after.wall_s <= before.wall_s:
-        return None
-    from osdp_sim.runtime.launch import available_cores
-    foreign = (after.busy_s - before.busy_s) - (after.children_s - before.children_s)
-    return max(0.0, foreign) / ((after.wall_s - before.wall_s) * (os.cpu_count() or available_cores()))
-
-
 def cpu_busy_fraction(sample_s: float = 2.0) -> float | None:
     """Fraction of all cores busy over `sample_s` seconds (Linux /proc/stat), None elsewhere."""
     from osdp_sim.runtime.launch import machine_cpu_s
@@ -637,7 +609,9 @@ def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = Fa
     `max_busy`: before each run, wait until the CPUs are at most this busy (wait_until_idle).
     `max_foreign`: a run during which other work used more than this share of the CPUs is run
     again (its record replaced), up to `attempts` times; the last attempt is kept either way.
-    Every attempt is logged to <records_dir>/campaign-log.jsonl (wall time, foreign CPU share)."""
+    Every attempt is logged to <records_dir>/campaign-log.jsonl (wall time, foreign CPU share:
+    runtime.launch.other_cpu_fraction, the measure the record's env.other_cpu_fraction uses)."""
+    from osdp_sim.runtime.launch import cpu_account, other_cpu_fraction
     log = sys.stderr if log == "stderr" else log
     jobs = plan_jobs(c, hw=hw) if jobs is None else jobs
     todo = pending(jobs, retry_failed=retry_failed)
@@ -656,10 +630,10 @@ def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = Fa
         for attempt in range(1, attempts + 1):
             if max_busy is not None:
                 wait_until_idle(max_busy, log=log)
-            t0, before = time.monotonic(), cpu_sample()
+            t0, before = time.monotonic(), cpu_account()
             status = runner(c, job, log=log)
-            wall, after = time.monotonic() - t0, cpu_sample()
-            foreign = foreign_cpu_fraction(before, after)
+            wall, after = time.monotonic() - t0, cpu_account()
+            foreign = other_cpu_fraction(before, after)
             _log_attempt(c, job, status, attempt, wall, foreign, log_extra)
             disturbed = (max_foreign is not None and foreign is not None and foreign > max_foreign
                          and status == "ok")

@@ -97,39 +97,53 @@ def _load_avg() -> float | None:
 
 
 def machine_cpu_s() -> tuple[float, float] | None:
-    """(busy, total) core-seconds all of the machine's CPUs have run since boot (Linux /proc/stat;
-    iowait counts as idle); None elsewhere."""
+    """(busy, total) core-seconds the CPUs this process may run on (its affinity) have run since
+    boot (Linux /proc/stat; iowait counts as idle); None elsewhere."""
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     try:
         with open("/proc/stat") as f:
-            vals = [int(x) for x in f.readline().split()[1:9]]
+            rows = [line.split() for line in f if line.startswith("cpu")]
         hz = os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, AttributeError):
         return None
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    return (sum(vals) - idle) / hz, sum(vals) / hz
+    per_cpu = [r for r in rows[1:] if mine is None or int(r[0][3:]) in mine]
+    busy = total = 0
+    for r in per_cpu or rows[:1]:
+        vals = [int(x) for x in r[1:9]]
+        busy += sum(vals) - vals[3] - (vals[4] if len(vals) > 4 else 0)
+        total += sum(vals)
+    return busy / hz, total / hz
 
 
-def _cpu_account() -> tuple[float, float, float] | None:
-    """(machine busy core-seconds, this process's and its reaped children's CPU seconds, wall)."""
+@dataclass(frozen=True)
+class CpuAccount:
+    wall_s: float
+    busy_s: float          # core-seconds the CPUs we may run on were busy, all processes
+    ours_s: float          # CPU seconds of this process and its reaped children (and theirs)
+    cores: int             # how many CPUs busy_s covers
+
+
+def cpu_account() -> CpuAccount | None:
     import resource
     machine = machine_cpu_s()
     if machine is None:
         return None
-    busy_s = machine[0]
     ours = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         r = resource.getrusage(who)
         ours += r.ru_utime + r.ru_stime
-    return busy_s, ours, time.monotonic()
+    return CpuAccount(time.monotonic(), machine[0], ours, available_cores())
 
 
-def _other_cpu_fraction(before, after, cores: int) -> float | None:
-    """Share of the machine's cores that *other* work kept busy during the run (CPU step times are
-    only honest near 0). Our ranks are reaped by now, so their CPU time is in RUSAGE_CHILDREN."""
-    if not before or not after or after[2] <= before[2]:
+def other_cpu_fraction(before: CpuAccount | None, after: CpuAccount | None) -> float | None:
+    """Share of the CPUs we may run on that *other* work kept busy between two accounts (CPU step
+    times are only honest near 0): their busy time minus ours (this process, e.g. a campaign's
+    priority thread, and our reaped children, e.g. the ranks), over wall time x those CPUs. The
+    record's env.other_cpu_fraction and a campaign's foreign_cpu_fraction are both this."""
+    if before is None or after is None or after.wall_s <= before.wall_s:
         return None
-    other_s = (after[0] - before[0]) - (after[1] - before[1])
-    return round(max(0.0, other_s) / (cores * (after[2] - before[2])), 3)
+    other_s = (after.busy_s - before.busy_s) - (after.ours_s - before.ours_s)
+    return round(max(0.0, other_s) / (after.cores * (after.wall_s - before.wall_s)), 4)
 
 
 def _env_defaults(device_kind: str, backend: str) -> dict:
@@ -174,7 +188,7 @@ def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grac
         base_env.pop(key, None)
 
     load_before = _load_avg()
-    cpu_before = _cpu_account()
+    cpu_before = cpu_account()
     procs: list[subprocess.Popen] = []
     logs = []
     t_start = time.monotonic()
@@ -204,7 +218,7 @@ def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grac
     env = run_env(rank_env or {"device_kind": spec["device"], "backend": spec["backend"]},
                   world=nproc, threads=threads, ranks_per_node=nproc)
     env["load_avg_1m_before"] = load_before
-    env["other_cpu_fraction"] = _other_cpu_fraction(cpu_before, _cpu_account(), env["cores"])
+    env["other_cpu_fraction"] = other_cpu_fraction(cpu_before, cpu_account())
     return RunOutcome(status=status, run_id=run_id, run_dir=str(run_dir), rank_results=results,
                       failure=failure, env=env, pids=[p.pid for p in procs],
                       wall_s=time.monotonic() - t_start)
