@@ -50,7 +50,7 @@ def add_arguments(p) -> None:
                         f"(default {GraphCaps.max_level_keys}); raise it, with --graph-max-sims, to prove "
                         "communication-bound configurations, at minutes per configuration")
     p.add_argument("--graph-max-sims", type=positive_int, default=GraphCaps.max_stage_sims, metavar="N",
-                   help="... or past N stage simulations, about 50-90 us each "
+                   help="... or past N new stage simulations, about 50-70 us each "
                         f"(default {GraphCaps.max_stage_sims})")
     p.add_argument("-o", "--output", metavar="PLAN.json",
                    help="write the plan file (read by osdp-sim estimate --plan and osdp-sim validate)")

@@ -43,7 +43,7 @@ class GraphCaps:
     """How large a key graph may grow before it is abandoned."""
 
     max_level_keys: int = 3000         # nodes on one level
-    max_stage_sims: int = 300_000      # new stage simulations (about 50-90 us each)
+    max_stage_sims: int = 300_000      # new stage simulations (about 50-70 us each)
 
     def __le__(self, other: "GraphCaps") -> bool:
         return self.max_level_keys <= other.max_level_keys and self.max_stage_sims <= other.max_stage_sims
