@@ -109,6 +109,11 @@ def test_graph_caps_reach_the_search(capsys, monkeypatch):
     rc, out, err = run(argv + ["--graph-max-keys", "1"], capsys)
     assert rc == 0 and json.loads(out)["search"]["optimal"] is True
     assert "key graph too large (over 1 keys on a level or 300000 stage simulations)" in err
+    assert "no time limit" not in err                         # a time limit: no second try
     rc, out2, err = run(argv, capsys)
     assert "key graph too large" not in err and "key graph of" in err
     assert json.loads(out2)["predicted"] == json.loads(out)["predicted"]
+    # run to the proof: a graph over the caps is tried once more, ten times larger
+    rc, out3, err = run(argv + ["--graph-max-keys", "1", "--time-limit", "0"], capsys)
+    assert "no time limit: key graph again with caps 10 keys per level, 3000000 stage simulations" in err
+    assert json.loads(out3)["predicted"] == json.loads(out)["predicted"]

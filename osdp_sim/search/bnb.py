@@ -30,6 +30,7 @@ from osdp_sim.search.space import (SearchSpace, devices_of, grad_accum_of, group
 
 EVALUATED_CAP = 20000
 BEAM = 64
+NO_LIMIT_CAPS_FACTOR = 10                 # without a time limit a graph over the caps is tried again this much larger
 PROBE_NODES = 500_000                     # labels the exact search may create before the key graph is built
 REFINE_DEPTH = 2                         # decisions expanded exactly for a configuration's bound (the last block)
 MAX_MICRO_BATCH = 4096
@@ -328,6 +329,22 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         if deadline is not None and time.perf_counter() > deadline:
             open_bounds.extend(x.ub_sps for x in exact_left[i:] if x.ub_sps > best_k)
             break
+        if deadline is None and c.config in over_caps:
+            # run to the proof: before an exact search with the relaxed bounds alone (which may
+            # not end on communication-bound chains), the graph once more with larger caps
+            bigger = graph_caps.scaled(NO_LIMIT_CAPS_FACTOR)
+            say(f"no time limit: key graph again with caps {bigger.max_level_keys} keys per level, "
+                f"{bigger.max_stage_sims} stage simulations", c)
+            if c.engine.build_graph(pq_max, thr_of(c, best_k), None, bigger) == "built":
+                over_caps.discard(c.config)
+                c.ub_sps = min(c.ub_sps, _config_ub(c, pq_max, thr_of(c, best_k)))
+                if c.ub_sps > best_k:
+                    c.ub_sps = min(c.ub_sps, _refined_ub(c, pq_max, best_k, top_k))
+                say(f"key graph of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
+                    f"best {best_k:.4g}", c)
+                if c.ub_sps <= best_k:
+                    c.ub_sps = 0.0                               # ruled out by its graph
+                    continue
         per_mb[mb][1] = False
         r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, best_k), top_k=top_k, deadline=deadline)
         searched += 1

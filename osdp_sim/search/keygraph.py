@@ -45,6 +45,9 @@ class GraphCaps:
     max_level_keys: int = 3000         # nodes on one level
     max_stage_sims: int = 300_000      # new stage simulations (about 50-70 us each)
 
+    def scaled(self, f: int) -> "GraphCaps":
+        return GraphCaps(self.max_level_keys * f, self.max_stage_sims * f)
+
     def __le__(self, other: "GraphCaps") -> bool:
         return self.max_level_keys <= other.max_level_keys and self.max_stage_sims <= other.max_stage_sims
 
