@@ -52,13 +52,32 @@ def _same_plan(a, b):
             and a.shard_group == b.shard_group)
 
 
+def _merged_graphs_only(monkeypatch, grid_fraction):
+    """Every key graph over real keys is 'too large', so the search builds it over merged keys
+    (merged.py), here rounding the queued work to grid_fraction of a decision's mean time."""
+    import osdp_sim.search.dp as dp
+    import osdp_sim.search.merged as merged
+    real = dp.KeyGraph
+
+    def graph(engine, *a, **k):
+        if isinstance(engine, dp.Engine):
+            raise dp.TooLarge
+        return real(engine, *a, **k)
+    monkeypatch.setattr(dp, "KeyGraph", graph)
+    monkeypatch.setattr(merged, "GRID_FRACTION", grid_fraction)
+
+
 @pytest.mark.parametrize("chunk", range(4))
-@pytest.mark.parametrize("probe", ["default", "graph"])
+@pytest.mark.parametrize("probe", ["default", "graph", "merged", "merged-coarse"])
 def test_search_equals_brute_force(chunk, probe, monkeypatch):
     """probe="graph": no probe with the relaxed bounds, so every configuration that is not ruled
-    out goes through the key graph (keygraph.py) and the exact search on it."""
-    if probe == "graph":
+    out goes through the key graph (keygraph.py) and the exact search on it; "merged": the same
+    over merged keys (merged.py), "merged-coarse" with the queued work rounded to 30% of a
+    decision's mean time."""
+    if probe != "default":
         monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+    if probe.startswith("merged"):
+        _merged_graphs_only(monkeypatch, 0.3 if probe == "merged-coarse" else 0.01)
     rng = random.Random(1000 + chunk)
     checked = unique = infeasible = graphs = 0
     for _ in range(N_INSTANCES // 4):
@@ -70,7 +89,8 @@ def test_search_equals_brute_force(chunk, probe, monkeypatch):
         feas = sorted((p for p in plans if p[1] <= limit), key=lambda p: -p[0])
         cache: dict = {}
         res = search(spec, hw, limit, space, cache=cache)
-        graphs += sum(e.graph is not None for e in cache["engines"].values())
+        graphs += sum(e.graph is not None and (e.graph.view is not None) == probe.startswith("merged")
+                      for e in cache["engines"].values())
         if not feas:
             infeasible += 1
             assert res.status == "infeasible"
@@ -86,13 +106,15 @@ def test_search_equals_brute_force(chunk, probe, monkeypatch):
             assert _same_plan(res.plan, feas[0][2])
     assert checked + infeasible == N_INSTANCES // 4
     assert unique > 0 and infeasible > 0
-    assert (graphs > 0) == (probe == "graph")
+    assert (graphs > 0) == (probe != "default")
 
 
-@pytest.mark.parametrize("probe", ["default", "graph"])
+@pytest.mark.parametrize("probe", ["default", "graph", "merged-coarse"])
 def test_top_k_sorted_and_equal_to_brute_force(probe, monkeypatch):
-    if probe == "graph":
+    if probe != "default":
         monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+    if probe == "merged-coarse":
+        _merged_graphs_only(monkeypatch, 0.3)
     rng = random.Random(77)
     for _ in range(6):
         spec, hw, space = _instance(rng)

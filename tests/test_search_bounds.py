@@ -14,7 +14,9 @@ from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import build_spec
 from osdp_sim.search.dp import Engine
-from osdp_sim.search.keygraph import GraphCaps
+import osdp_sim.search.merged as merged
+from osdp_sim.search.keygraph import GraphCaps, KeyGraph, TooLarge, lambda_grid
+from osdp_sim.search.merged import MergedView, grid_for
 from osdp_sim.search.problem import build_problem
 from osdp_sim.search.space import SearchSpace, group_choices
 
@@ -112,6 +114,38 @@ def test_key_graph_bound_admissible_and_tighter(seed):
                 assert lb[0] <= t_q
                 assert mem_lb[0] <= peak_q
                 assert lb[0] >= lb0[0] and mem_lb[0] >= mem0[0]
+    assert built >= 10
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("grid_fraction", [0.01, 0.5])
+def test_merged_key_graph_bound_admissible(seed, grid_fraction):
+    """The graph over merged keys (merged.py: queue replaced by its total work, rounded down to
+    grid_fraction of a decision's mean time; memory through S only), read at the merged id each
+    label carries along its own decisions, never exceeds the plan's time or peak."""
+    rng = random.Random(700 + seed)
+    built = 0
+    for _ in range(20):
+        _spec, _hw, pb, (attn, mlp, ck) = _instance(rng)
+        eng = Engine(pb)
+        path, (t_q, peak_q) = eng.path(attn, mlp, ck)
+        view = MergedView(eng, grid_for(eng, peak_q) * grid_fraction / merged.GRID_FRACTION)
+        nch = len(pb.choices)
+        for limit, thr in ((peak_q, t_q + 1), (float("inf"), float("inf"))):
+            try:
+                g = KeyGraph(view, lambda_grid(eng.bounds.j_lam), limit, thr, caps=GraphCaps(400))
+            except TooLarge:
+                continue
+            g.view = view
+            built += 1
+            mid = int(path[0][2])                          # the start key is its own merge
+            for gap, L, kid in path:
+                lb, mem_lb = eng.lower_bounds(gap, L, np.array([kid]), limit, graph=g, CM=np.array([mid]))
+                assert lb[0] <= t_q and mem_lb[0] <= peak_q
+                kind, bi = eng.positions[gap]
+                code = {"mlp": mlp[bi] + (nch if ck[bi] else 0), "attn": attn[bi], "embed": 0}.get(kind)
+                codes, nks, _d = view.table(mid, gap)
+                mid = int(nks[list(codes).index(code)])
     assert built >= 10
 
 

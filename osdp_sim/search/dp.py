@@ -26,6 +26,7 @@ from osdp_sim.search.bounds import Bounds
 from osdp_sim.search.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
 from osdp_sim.search.keystore import KeyStore
 from osdp_sim.search.labels import NCOL, NDELTA, ZERO, update
+from osdp_sim.search.merged import MergedView, grid_for
 from osdp_sim.search.problem import Problem
 
 
@@ -104,14 +105,25 @@ class Engine:
         # again: it would meet at least as many keys (a smaller limit or threshold prunes more)
         if any(pq_max >= p and thr_q >= t and caps <= c for p, t, c in self.too_large):
             return "too large"
+        lams = lambda_grid(self.bounds.j_lam)
         try:
-            self.graph = KeyGraph(self, lambda_grid(self.bounds.j_lam), pq_max, thr_q, deadline, caps)
+            self.graph = KeyGraph(self, lams, pq_max, thr_q, deadline, caps)
+            return "built"
+        except Timeout:
+            return "deadline"
+        except TooLarge:
+            pass
+        # too many real keys (communication-bound chains): the graph over merged keys (merged.py)
+        view = MergedView(self, grid_for(self, pq_max))
+        try:
+            self.graph = KeyGraph(view, lams, pq_max, thr_q, deadline, caps)
+            self.graph.view = view
+            return "built"
+        except Timeout:
+            return "deadline"
         except TooLarge:
             self.too_large.append((pq_max, thr_q, caps))
             return "too large"
-        except Timeout:
-            return "deadline"
-        return "built"
 
     def graph_for(self, pq_max: float, thr_q: float) -> KeyGraph | None:
         """The key graph if it is valid for a run with this limit and threshold, else None."""
@@ -209,10 +221,11 @@ class Engine:
         return t
 
     def lower_bounds(self, g: int, C: np.ndarray, CK: np.ndarray, pq_max: float,
-                     graph: KeyGraph | None = None):
+                     graph: KeyGraph | None = None, CM: np.ndarray | None = None):
         """(time lower bound, memory lower bound) of labels C with keys CK waiting for g.
         graph: a KeyGraph valid for this limit and the caller's threshold (graph_for) to tighten
-        them with."""
+        them with; a graph over merged keys (merged.py) is read at the labels' own merged ids CM
+        (without them it is not used)."""
         bnd = self.bounds
         ukey, kinv = np.unique(CK, return_inverse=True)
         KC, KM = bnd.key_terms(g, self.key_rows[ukey])
@@ -224,9 +237,9 @@ class Engine:
             lb = np.max(KC - bnd.j_lam[None, :] * budget[:, None], axis=1)
         else:
             lb = np.max(KC[:, bnd.j_lam == 0.0], axis=1)
-        if graph is not None:
+        if graph is not None and (graph.view is None or CM is not None):
             # both bounds are valid; the graph's is the tighter one almost everywhere
-            lb_g, mem_g = graph.bounds(g, CK, C[:, 1] - bnd.m_margin, pq_max)
+            lb_g, mem_g = graph.bounds(g, CK if graph.view is None else CM, C[:, 1] - bnd.m_margin, pq_max)
             lb = np.maximum(lb, lb_g)
             mem_lb = np.maximum(mem_lb, C[:, 1] + mem_g - bnd.m_margin)
         return C[:, 0] + lb - bnd.t_margin, mem_lb
@@ -246,20 +259,21 @@ class Engine:
         stats = DPStats()
         graph = self.graph_for(pq_max, thr_q if thr_fn is None else float("inf"))
         L, K = self.start()
+        M = K.copy()                                            # merged ids (merged.py): the start's own
         history: list[tuple[np.ndarray, np.ndarray]] = []      # per gap: (parent, code) of kept labels
         n = len(self.positions)
         for g in range(n):
             if (deadline is not None and time.perf_counter() > deadline) or \
                     (max_nodes is not None and stats.nodes > max_nodes):
-                lb = self._open_bound(g, L, K, pq_max, graph)
+                lb = self._open_bound(g, L, K, pq_max, graph, M)
                 return DPResult([], stats, False, lb, time.perf_counter() - t0)
             try:
-                L2, K2, parent, code = self._expand(g, L, K, thr_q, pq_max, top_k, stats, beam, thr_fn,
-                                                    memory_only, deadline, graph)
+                L2, K2, parent, code, M2 = self._expand(g, L, K, thr_q, pq_max, top_k, stats, beam, thr_fn,
+                                                        memory_only, deadline, graph, M)
             except _Timeout:
-                lb = self._open_bound(g, L, K, pq_max, graph)
+                lb = self._open_bound(g, L, K, pq_max, graph, M)
                 return DPResult([], stats, False, lb, time.perf_counter() - t0)
-            L, K = L2, K2
+            L, K, M = L2, K2, M2
             history.append((parent, code))
             if len(L) == 0:
                 break
@@ -301,20 +315,21 @@ class Engine:
         stats = DPStats()
         graph = self.graph_for(pq_max, thr_q)
         L, K = self.start()
+        M = K.copy()
         depth = min(depth, len(self.positions) - 1)
         for g in range(depth):
-            nL, nK, _p, _c = self._expand(g, L, K, thr_q, pq_max, top_k, stats, graph=graph)
+            nL, nK, _p, _c, nM = self._expand(g, L, K, thr_q, pq_max, top_k, stats, graph=graph, M=M)
             if len(nL) == 0:
                 return float("inf"), stats.nodes
             if len(nL) > max_labels:                    # labels waiting for g: bound them there
-                return self._open_bound(g, L, K, pq_max, graph), stats.nodes
-            L, K = nL, nK
-        return self._open_bound(depth, L, K, pq_max, graph), stats.nodes
+                return self._open_bound(g, L, K, pq_max, graph, M), stats.nodes
+            L, K, M = nL, nK, nM
+        return self._open_bound(depth, L, K, pq_max, graph, M), stats.nodes
 
-    def _open_bound(self, g, L, K, pq_max, graph=None) -> float:
+    def _open_bound(self, g, L, K, pq_max, graph=None, M=None) -> float:
         if len(L) == 0:
             return float("inf")
-        lb, mem_lb = self.lower_bounds(g, L, K, pq_max, graph)
+        lb, mem_lb = self.lower_bounds(g, L, K, pq_max, graph, M)
         ok = mem_lb <= pq_max
         return float(lb[ok].min()) if ok.any() else float("inf")
 
@@ -335,8 +350,11 @@ class Engine:
         return Finished(t_q, peak_q, attn, mlp, ck)
 
     def _expand(self, g, L, K, thr_q, pq_max, top_k, stats, beam=None, thr_fn=None, memory_only=False,
-                deadline=None, graph=None):
+                deadline=None, graph=None, M=None):
+        """Labels L (keys K, merged ids M) through decision g: (labels, keys, parent rows, codes,
+        merged ids) of those kept."""
         m = self.pb.m
+        view = None if graph is None else graph.view
         uk, inv = np.unique(K, return_inverse=True)
         tabs = []
         for r, k in enumerate(uk):                  # new keys cost one stage simulation per decision
@@ -363,7 +381,8 @@ class Engine:
             best = np.zeros((len(rows), NCOL), dtype=np.int64)
             best[:, 0] = tmin[rows] + m * D[rows, cols, 0] + D[rows, cols, 1]
             best[:, 1] = umin[rows] + D[rows, cols, 2]
-            lb, mem_lb = self.lower_bounds(g2, best, NK[rows, cols], pq_max, graph)
+            # (a merged graph bounds labels by their own merged ids: not per key)
+            lb, mem_lb = self.lower_bounds(g2, best, NK[rows, cols], pq_max, graph if view is None else None)
             bad = (lb >= thr_q) | (mem_lb > pq_max)
             NK[rows[bad], cols[bad]] = -1
         Dl = D[inv]                                           # (n, kmax, NDELTA)
@@ -378,23 +397,24 @@ class Engine:
         CK = nkey.ravel()[sel]
         CP = lab_i
         CC = CODE[inv].ravel()[sel]
+        CM = view.advance(g, M[lab_i], sel % kmax) if view is not None else CK
         stats.nodes += len(C)
         if g2 < len(self.positions) and len(C):
-            lb, mem_lb = self.lower_bounds(g2, C, CK, pq_max, graph)
+            lb, mem_lb = self.lower_bounds(g2, C, CK, pq_max, graph, CM)
             ok_mem = mem_lb <= pq_max
             ok_t = lb < (thr_fn(mem_lb) if thr_fn is not None else thr_q)
             LB = mem_lb if memory_only else lb
             stats.pruned_memory += int(np.count_nonzero(~ok_mem))
             stats.pruned_bound += int(np.count_nonzero(ok_mem & ~ok_t))
             keep = ok_mem & ok_t
-            C, CK, CP, CC, LB = C[keep], CK[keep], CP[keep], CC[keep], LB[keep]
+            C, CK, CP, CC, LB, CM = C[keep], CK[keep], CP[keep], CC[keep], LB[keep], CM[keep]
         else:
             if len(C):
                 peak = np.maximum(C[:, 1], C[:, 3] + C[:, 4])
                 keep = (peak <= pq_max) & (C[:, 0] < (thr_fn(peak) if thr_fn is not None else thr_q))
                 stats.pruned_memory += int(np.count_nonzero(peak > pq_max))
                 stats.pruned_bound += int(np.count_nonzero((peak <= pq_max) & (C[:, 0] >= thr_q)))
-                C, CK, CP, CC = C[keep], CK[keep], CP[keep], CC[keep]
+                C, CK, CP, CC, CM = C[keep], CK[keep], CP[keep], CC[keep], CM[keep]
             LB = C[:, 1].astype(float) if memory_only else C[:, 0].astype(float)
         if memory_only:
             C[:, 0] = 0
@@ -402,15 +422,15 @@ class Engine:
             raise _Timeout
         # dominance within each key
         order = np.lexsort(tuple(C[:, c] for c in range(NCOL - 1, -1, -1)) + (CK,))
-        C, CK, CP, CC, LB = C[order], CK[order], CP[order], CC[order], LB[order]
-        keepmask = pareto_by_key(C, CK, top_k, deadline)
+        C, CK, CP, CC, LB, CM = C[order], CK[order], CP[order], CC[order], LB[order], CM[order]
+        keepmask = pareto_by_key(C, CK, top_k, deadline)      # dominance: real futures, real keys
         stats.dominated += int(len(C) - np.count_nonzero(keepmask))
-        C, CK, CP, CC, LB = C[keepmask], CK[keepmask], CP[keepmask], CC[keepmask], LB[keepmask]
+        C, CK, CP, CC, LB, CM = C[keepmask], CK[keepmask], CP[keepmask], CC[keepmask], LB[keepmask], CM[keepmask]
         if beam is not None and len(C) > beam:
             best = np.sort(np.argsort(LB, kind="stable")[:beam])
-            C, CK, CP, CC = C[best], CK[best], CP[best], CC[best]
+            C, CK, CP, CC, CM = C[best], CK[best], CP[best], CC[best], CM[best]
         stats.kept += len(C)
-        return C, CK, CP, CC
+        return C, CK, CP, CC, CM
 
 
 def pareto_by_key(C: np.ndarray, CK: np.ndarray, top_k: int, deadline: float | None = None) -> np.ndarray:

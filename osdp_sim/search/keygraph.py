@@ -86,6 +86,7 @@ class KeyGraph:
     def __init__(self, engine, lams: np.ndarray, pq_max: float, thr_q: float,
                  deadline: float | None = None, caps: GraphCaps = GraphCaps()):
         self.lams, self.pq_max, self.thr_q = lams, pq_max, thr_q
+        self.view = None                     # set when built over merged keys (merged.py)
         pb = engine.pb
         n = len(engine.positions)
         L, K = engine.start()

@@ -1,0 +1,94 @@
+"""The key graph over merged keys: for communication-bound configurations, whose real keys are
+too many for keygraph.py.
+
+Why merging is sound. A stage's time depends on the queued communication only through its total
+work W, and is non-decreasing in W; so is the work it leaves queued (docs/search.md, "What would
+go further", derives it from run_compute's fluid model). A merged key keeps the pending step and
+replaces the queue by one item of W rounded down to `grid_s`: along the same decisions, the merged
+path has, stage by stage, no more queued work and no more time than the real one, and the same
+resident + kept bytes S (which do not depend on keys). Memory events do depend on the queue, so
+the merged transitions keep only S: U grows by S at every stage (fast.apply: U' >= U + S), a lower
+bound of the real U. The forward pass and H_lambda, M of keygraph.py then bound every real
+completion whose merged image they cover.
+
+Which merged node bounds a label. Rounding is applied after every stage, so the merged image of
+a label's path is not a function of its real key: each label carries its own merged id, advanced
+with `table` along its decisions (dp.Engine does this when its graph is merged). Every node of
+that image path has a forward label no larger than the label's, so pruning a node, and bounding
+by kept nodes only, never cuts a real plan that fits and beats the threshold.
+"""
+
+import math
+
+import numpy as np
+
+from osdp_sim.costmodel.fast import NEG
+
+# the rounding grid, as a fraction of the mean time per decision of the configuration's bound
+GRID_FRACTION = 0.01
+
+
+class MergedView:
+    """The transitions of an Engine between merged keys (interned in the engine's KeyStore)."""
+
+    def __init__(self, engine, grid_s: float):
+        self.engine, self.grid_s = engine, grid_s
+        self.pb, self.positions = engine.pb, engine.positions
+        self._merged: dict = {}
+        self._tables: dict = {}
+
+    @property
+    def stage_sims(self) -> int:
+        return self.engine.stage_sims
+
+    def start(self):
+        return self.engine.start()          # no queue yet: the start key is its own merge
+
+    def lower_bounds(self, g, C, CK, pq_max, graph=None):
+        return self.engine.lower_bounds(g, C, CK, pq_max)     # relaxed: monotone in queued work
+
+    def merge(self, kid: int) -> int:
+        m = self._merged.get(kid)
+        if m is None:
+            store = self.engine.store
+            key = store.keys[kid]
+            if key[0] == "C":
+                m = store.intern(("C", self.merge(key[1])))
+            elif key[0] == "D":
+                m = store.intern(("D", self.merge(key[1]), key[2]))
+            else:
+                pend, queue = key
+                work = math.floor(sum(q[0] for q in queue) / self.grid_s) * self.grid_s
+                m = store.intern((pend, ((work, 0.0, 0.0, 0.0, work, True),) if work > 0 else ()))
+            self._merged[kid] = self._merged[m] = m
+        return m
+
+    def table(self, mid: int, g: int):
+        """Engine.table from a merged key, to merged keys, with deltas that keep the time and S and
+        no memory event (the codes are the engine's, in the same order)."""
+        t = self._tables.get((mid, g))
+        if t is None:
+            codes, nks, ds = self.engine.table(mid, g)
+            ds = ds.copy()
+            ds[:, [3, 4, 8, 9]] = NEG               # forward, backward and checkpoint events
+            ds[:, [5, 7, 10, 11]] = 0               # live bytes, optimizer temporary, re-gathers
+            t = self._tables[(mid, g)] = (codes, np.array([self.merge(int(k)) for k in nks], dtype=np.int64), ds)
+        return t
+
+    def advance(self, g: int, M: np.ndarray, col: np.ndarray) -> np.ndarray:
+        """Merged ids after decision g of labels with merged ids M taking the col-th code."""
+        um, inv = np.unique(M, return_inverse=True)
+        out = np.empty(len(M), dtype=np.int64)
+        for r, mid in enumerate(um):
+            rows = np.flatnonzero(inv == r)
+            out[rows] = self.table(int(mid), g)[1][col[rows]]
+        return out
+
+
+def grid_for(engine, pq_max: float) -> float:
+    """GRID_FRACTION of the mean time per decision of the configuration's relaxed bound."""
+    L, K = engine.start()
+    lb, _m = engine.lower_bounds(0, L, K, pq_max)
+    from osdp_sim.costmodel.fast import TIME_Q
+    t = float(lb[0]) * TIME_Q / max(1, engine.pb.m) if np.isfinite(lb[0]) else 1.0
+    return max(t / len(engine.positions) * GRID_FRACTION, 1e-9)
