@@ -99,8 +99,8 @@ def test_key_graph_bound_admissible_and_tighter(seed):
     for _ in range(20):
         eng, path, t_q, peak_q = _random_path(rng)
         for limit, thr in ((peak_q, t_q + 1), (float("inf"), float("inf"))):
-            eng.graph, eng.too_large = None, []
-            outcome = eng.build_graph(limit, thr, caps=GraphCaps(max_level_keys=400))
+            eng.graph, eng.too_large_real, eng.too_large_merged = None, [], []
+            outcome = eng.build_graph(limit, thr, caps=GraphCaps(max_level_keys=400), merged_ok=False)
             if outcome != "built":
                 assert outcome == "too large"       # no deadline was given: the only other reason
                 continue
@@ -175,7 +175,8 @@ def test_abandoned_key_graph_is_tried_again_only_with_more_room():
     eng = _two_block_engine()
     tiny = GraphCaps(max_level_keys=1)
     assert eng.build_graph(float("inf"), caps=tiny) == "too large"
-    assert eng.build_graph(float("inf"), caps=tiny) == "too large" and len(eng.too_large) == 1
+    assert eng.build_graph(float("inf"), caps=tiny) == "too large"
+    assert len(eng.too_large_real) == len(eng.too_large_merged) == 1      # neither tried again
     # a threshold below every plan's time drops every node: nothing is left to exceed the caps
     assert eng.build_graph(float("inf"), 1, caps=tiny) == "built"
     eng.graph = None

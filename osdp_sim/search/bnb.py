@@ -329,13 +329,15 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         if deadline is not None and time.perf_counter() > deadline:
             open_bounds.extend(x.ub_sps for x in exact_left[i:] if x.ub_sps > best_k)
             break
-        if deadline is None and c.config in over_caps:
+        merged = c.engine.graph is not None and c.engine.graph.view is not None
+        if deadline is None and (c.config in over_caps or merged):
             # run to the proof: before an exact search with the relaxed bounds alone (which may
-            # not end on communication-bound chains), the graph once more with larger caps
+            # not end on communication-bound chains) or the merged graph (whose memory pruning is
+            # weaker), the graph over real keys once more with larger caps
             bigger = graph_caps.scaled(NO_LIMIT_CAPS_FACTOR)
             say(f"no time limit: key graph again with caps {bigger.max_level_keys} keys per level, "
                 f"{bigger.max_stage_sims} stage simulations", c)
-            if c.engine.build_graph(pq_max, thr_of(c, best_k), None, bigger) == "built":
+            if c.engine.build_graph(pq_max, thr_of(c, best_k), None, bigger, merged_ok=not merged) == "built":
                 over_caps.discard(c.config)
                 c.ub_sps = min(c.ub_sps, _config_ub(c, pq_max, thr_of(c, best_k)))
                 if c.ub_sps > best_k:

@@ -89,31 +89,33 @@ class Engine:
         self.stats_transitions = 0
         self.stage_sims = 0                         # stage() simulations run (memo misses)
         self.graph: KeyGraph | None = None          # exact time-to-go (keygraph.py), once built
-        self.too_large: list = []                   # (limit, threshold, caps) of abandoned graphs
+        self.too_large_real: list = []              # (limit, threshold, caps) of abandoned graphs
+        self.too_large_merged: list = []
         nchoice = len(pb.choices)
         self.codes_nc = list(range(nchoice)) if False in pb.ckpt_options else []
         self.codes_ck = list(range(nchoice, 2 * nchoice)) if True in pb.ckpt_options else []
 
     def build_graph(self, pq_max: float, thr_q: float = float("inf"), deadline: float | None = None,
-                    caps: GraphCaps = GraphCaps()) -> str:
+                    caps: GraphCaps = GraphCaps(), merged_ok: bool = True) -> str:
         """Build the key graph (keygraph.py) for runs with limit <= pq_max and threshold <= thr_q;
-        graph_for() returns it from then on. Returns "built" (or already there), "too large" (the
-        search then keeps the relaxed bounds) or "deadline"."""
-        if self.graph is not None and self.graph.covers(pq_max, thr_q):
+        graph_for() returns it from then on. Over real keys if it fits the caps, else (merged_ok)
+        over merged keys (merged.py). Returns "built" (or already there), "too large" (the search
+        then keeps the relaxed bounds) or "deadline"."""
+        g = self.graph
+        if g is not None and g.covers(pq_max, thr_q) and (merged_ok or g.view is None):
             return "built"
-        # a graph abandoned at a limit and threshold no smaller, with caps no larger, is not tried
-        # again: it would meet at least as many keys (a smaller limit or threshold prunes more)
-        if any(pq_max >= p and thr_q >= t and caps <= c for p, t, c in self.too_large):
-            return "too large"
         lams = lambda_grid(self.bounds.j_lam)
-        try:
-            self.graph = KeyGraph(self, lams, pq_max, thr_q, deadline, caps)
-            return "built"
-        except Timeout:
-            return "deadline"
-        except TooLarge:
-            pass
-        # too many real keys (communication-bound chains): the graph over merged keys (merged.py)
+        if not _abandoned(self.too_large_real, pq_max, thr_q, caps):
+            try:
+                self.graph = KeyGraph(self, lams, pq_max, thr_q, deadline, caps)
+                return "built"
+            except Timeout:
+                return "deadline"
+            except TooLarge:
+                self.too_large_real.append((pq_max, thr_q, caps))
+        # too many real keys (communication-bound chains): the graph over merged keys
+        if not merged_ok or _abandoned(self.too_large_merged, pq_max, thr_q, caps):
+            return "too large"
         view = MergedView(self, grid_for(self, pq_max))
         try:
             self.graph = KeyGraph(view, lams, pq_max, thr_q, deadline, caps)
@@ -122,7 +124,7 @@ class Engine:
         except Timeout:
             return "deadline"
         except TooLarge:
-            self.too_large.append((pq_max, thr_q, caps))
+            self.too_large_merged.append((pq_max, thr_q, caps))
             return "too large"
 
     def graph_for(self, pq_max: float, thr_q: float) -> KeyGraph | None:
@@ -431,6 +433,12 @@ class Engine:
             C, CK, CP, CC, CM = C[best], CK[best], CP[best], CC[best], CM[best]
         stats.kept += len(C)
         return C, CK, CP, CC, CM
+
+
+def _abandoned(tried: list, pq_max: float, thr_q: float, caps: GraphCaps) -> bool:
+    """A graph abandoned at a limit and threshold no smaller, with caps no larger, is not tried
+    again: it would meet at least as many keys (a smaller limit or threshold prunes more)."""
+    return any(pq_max >= p and thr_q >= t and caps <= c for p, t, c in tried)
 
 
 def pareto_by_key(C: np.ndarray, CK: np.ndarray, top_k: int, deadline: float | None = None) -> np.ndarray:
