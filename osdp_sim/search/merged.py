@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from osdp_sim.costmodel.fast import NEG
+from osdp_sim.costmodel.fast import NEG, TIME_Q
 
 # the rounding grid, as a fraction of the mean time per decision of the configuration's bound
 GRID_FRACTION = 0.01
@@ -77,18 +77,19 @@ class MergedView:
 
     def advance(self, g: int, M: np.ndarray, col: np.ndarray) -> np.ndarray:
         """Merged ids after decision g of labels with merged ids M taking the col-th code."""
+        if len(M) == 0:
+            return np.zeros(0, dtype=np.int64)
         um, inv = np.unique(M, return_inverse=True)
-        out = np.empty(len(M), dtype=np.int64)
-        for r, mid in enumerate(um):
-            rows = np.flatnonzero(inv == r)
-            out[rows] = self.table(int(mid), g)[1][col[rows]]
-        return out
+        nexts = [self.table(int(mid), g)[1] for mid in um]
+        table = np.full((len(um), max(len(x) for x in nexts)), -1, dtype=np.int64)
+        for r, x in enumerate(nexts):
+            table[r, :len(x)] = x
+        return table[inv, col]
 
 
 def grid_for(engine, pq_max: float) -> float:
     """GRID_FRACTION of the mean time per decision of the configuration's relaxed bound."""
     L, K = engine.start()
     lb, _m = engine.lower_bounds(0, L, K, pq_max)
-    from osdp_sim.costmodel.fast import TIME_Q
     t = float(lb[0]) * TIME_Q / max(1, engine.pb.m) if np.isfinite(lb[0]) else 1.0
     return max(t / len(engine.positions) * GRID_FRACTION, 1e-9)
