@@ -74,3 +74,33 @@ def test_real_profile_and_model():
         e, f = estimate(spec, hw, plan), fast_estimate(spec, hw, plan)
         assert f.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
         assert f.peak_memory_bytes == pytest.approx(e.peak_memory_bytes, rel=1e-9)
+
+
+def test_run_compute_time_depends_on_the_queue_only_through_its_total_work():
+    """What the merged key graph (search/merged.py) rests on: the time until the next compute task
+    and the work left queued are the same for a queue and for one item of its total work, and
+    never larger for less work (docs/search.md, "The merged key graph")."""
+    rng = random.Random(5)
+    for _ in range(2000):
+        s = rng.choice([1.0, 1.3, 2.0, 3.5])
+        queue = []
+        for i in range(rng.randint(0, 6)):
+            w = rng.choice([0.0, rng.uniform(0.01, 2.0)])
+            started = i == 0 and w > 0 and rng.random() < 0.5
+            rem = w * rng.uniform(0.1, 1.0) if started else w
+            queue.append((rem, 0.0 if started else rng.uniform(0, 5), rng.uniform(0, 5), rng.uniform(0, 5), w, started))
+        new = tuple((rng.choice([0.0, rng.uniform(0.01, 2.0)]), rng.uniform(0, 5), rng.uniform(0, 5), 0.0,
+                     rng.random() < 0.4) for _ in range(rng.randint(0, 4)))
+        barrier = rng.randrange(len(new)) if new and rng.random() < 0.7 else None
+        c = rng.uniform(0.05, 3.0)
+        total = sum(q[0] for q in queue)
+
+        def run(q):
+            dur, _top, _net, left = run_compute(c, (), 0.0, tuple(q), new, barrier, s)
+            return dur, sum(x[0] for x in left)
+        dur, left = run(queue)
+        one = [(total, 0.0, 0.0, 0.0, total, True)] if total > 0 else []
+        assert run(one) == (pytest.approx(dur, rel=1e-12, abs=1e-12), pytest.approx(left, rel=1e-12, abs=1e-12))
+        less = total * rng.random()
+        d2, l2 = run([(less, 0.0, 0.0, 0.0, less, True)] if less > 0 else [])
+        assert d2 <= dur + 1e-12 and l2 <= left + 1e-12
