@@ -6,64 +6,29 @@ For random partial plans of one configuration it replaces the key's queue by one
 the same total work (or of a random smaller one), completes both keys with the same random
 decisions, and compares the total schedule time; then it counts how many keys of the
 configuration's key graph remain when keys are merged that way, for a few rounding grids. With
---abstract-graph it builds that merged graph (keys: pending step and total queued work rounded
-down; memory known only through the sums of resident + kept bytes S, the one part of a label
-that does not depend on the queue) and prints its bound at the start, against the incumbent.
+--abstract-graph it builds that merged graph (search/merged.py: keys of pending step and total
+queued work rounded down; memory known only through the sums of resident + kept bytes S, the one
+part of a label that does not depend on the queue) and prints its bound at the start, against
+the incumbent and the real-key graph's.
 
     python bench/search_queue_work.py --micro-batch 6      # about 40 s
     python bench/search_queue_work.py --model gpt2-1.5b --micro-batch 6 --incumbent 21.9 --abstract-graph 0,1e-4,1e-3
 """
 
 import argparse
-import math
 import random
 import time
 
 import numpy as np
 
 import osdp_sim.search.keygraph as keygraph
-from osdp_sim.costmodel.fast import NEG, TIME_Q
+from osdp_sim.costmodel.fast import TIME_Q
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model
 from osdp_sim.search.bnb import _configs, _limit_q
 from osdp_sim.search.dp import Engine
+from osdp_sim.search.merged import MergedView
 from osdp_sim.search.space import SearchSpace
-
-
-class MergedEngine(Engine):
-    """Engine whose transitions lead to merged keys: one queued item of the total work rounded
-    down to grid_s, and deltas that keep time and S but no memory events (U grows by S only)."""
-
-    def __init__(self, pb, grid_s: float):
-        super().__init__(pb)
-        self.grid_s, self.merged, self.merged_tables = grid_s, {}, {}
-
-    def merge(self, kid: int) -> int:
-        m = self.merged.get(kid)
-        if m is None:
-            key = self.keys[kid]
-            if key[0] == "C":
-                m = self.intern(("C", self.merge(key[1])))
-            elif key[0] == "D":
-                m = self.intern(("D", self.merge(key[1]), key[2]))
-            else:
-                pend, queue = key
-                work = sum(q[0] for q in queue)
-                if self.grid_s > 0:
-                    work = math.floor(work / self.grid_s) * self.grid_s
-                m = self.intern((pend, ((work, 0.0, 0.0, 0.0, work, True),) if work > 0 else ()))
-            self.merged[kid] = self.merged[m] = m
-        return m
-
-    def table(self, kid: int, g: int):
-        t = self.merged_tables.get((kid, g))
-        if t is None:
-            codes, nks, ds = super().table(kid, g)
-            ds = ds.copy()
-            ds[:, [3, 4, 8, 9]] = NEG            # no forward, backward or checkpoint events
-            ds[:, [5, 7, 10, 11]] = 0            # live bytes, optimizer temporary, re-gathers
-            t = self.merged_tables[(kid, g)] = (codes, np.array([self.merge(int(k)) for k in nks]), ds)
-        return t
 
 
 def compare_paths(eng: Engine, rng: random.Random, trials: int, smaller: bool) -> str:
@@ -122,12 +87,14 @@ def main():
     print(compare_paths(Engine(c.problem), rng, args.trials, smaller=True))
     thr = c.problem.samples / args.incumbent / TIME_Q
     for grid_s in ([float(x) for x in args.abstract_graph.split(",")] if args.abstract_graph else []):
-        eng = MergedEngine(c.problem, grid_s)
+        eng = Engine(c.problem)
+        view = MergedView(eng, grid_s)
         t = time.perf_counter()
-        g = keygraph.KeyGraph(eng, keygraph.lambda_grid(eng.bounds.j_lam), pq, thr,
+        g = keygraph.KeyGraph(view, keygraph.lambda_grid(eng.bounds.j_lam), pq, thr,
                               caps=keygraph.GraphCaps(100_000, 10_000_000))
+        g.view = view
         L, K = eng.start()
-        lb = eng.lower_bounds(0, L, K, pq, graph=g)[0][0]
+        lb = eng.lower_bounds(0, L, K, pq, graph=g, CM=K)[0][0]        # the start is its own merge
         bound = c.problem.samples / (lb * TIME_Q) if np.isfinite(lb) else 0.0
         print(f"  merged graph, total work // {grid_s:g} s: {g.size} nodes, at most "
               f"{max(len(x) for x in g.levels)} per level, {eng.stage_sims} stage simulations, "
@@ -135,25 +102,19 @@ def main():
               f"(incumbent {args.incumbent})", flush=True)
     eng = Engine(c.problem)
     t = time.perf_counter()
-    built = eng.build_graph(pq, thr)
-    print(f"  key graph: {built}, {time.perf_counter() - t:.1f} s")
+    built = eng.build_graph(pq, thr, merged_ok=False)
+    print(f"  key graph over real keys: {built}, {time.perf_counter() - t:.1f} s")
     if eng.graph is None:
         return
     L, K = eng.start()
     lb = eng.lower_bounds(0, L, K, pq, graph=eng.graph)[0][0]
     print(f"  its bound at the start: {c.problem.samples / (lb * TIME_Q) if np.isfinite(lb) else 0.0:.3f} samples/s")
 
-    def merged(kid: int, grid_s: float):
-        key, tag = eng.keys[kid], ()
-        if key[0] in ("C", "D"):
-            tag, key = key[:1] + key[2:], eng.keys[key[1]]
-        pend, queue = key
-        work = sum(q[0] for q in queue)
-        return tag + (pend, work if grid_s == 0 else math.floor(work / grid_s))
     levels = eng.graph.levels
     print(f"  real keys: at most {max(len(x) for x in levels)} per level, {eng.graph.size} in all")
     for grid_s in (0.0, 1e-5, 1e-4, 1e-3):
-        sets = [{merged(int(k), grid_s) for k in lvl} for lvl in levels]
+        view = MergedView(eng, grid_s)
+        sets = [{view.merge(int(k)) for k in lvl} for lvl in levels]
         print(f"  merged by (pending, total work{'' if grid_s == 0 else f' // {grid_s:g} s'}): "
               f"at most {max(len(x) for x in sets)} per level, {sum(len(x) for x in sets)} in all")
 

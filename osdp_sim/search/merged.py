@@ -58,7 +58,9 @@ class MergedView:
                 m = store.intern(("D", self.merge(key[1]), key[2]))
             else:
                 pend, queue = key
-                work = math.floor(sum(q[0] for q in queue) / self.grid_s) * self.grid_s
+                work = sum(q[0] for q in queue)
+                if self.grid_s > 0:                     # 0: the exact total (no rounding)
+                    work = math.floor(work / self.grid_s) * self.grid_s
                 m = store.intern((pend, ((work, 0.0, 0.0, 0.0, work, True),) if work > 0 else ()))
             self._merged[kid] = self._merged[m] = m
         return m
