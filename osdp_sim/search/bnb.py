@@ -253,6 +253,15 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     def thr_of(c: _Cfg, sps: float) -> float:
         return (c.problem.samples / sps / TIME_Q) if sps > 0 else math.inf
 
+    def bound_by_graph(c: _Cfg, best_k: float) -> None:
+        """Tighten c.ub_sps with its new key graph: at the start, then after the last block."""
+        c.ub_sps = min(c.ub_sps, _config_ub(c, pq_max, thr_of(c, best_k)))
+        if c.ub_sps > best_k:
+            c.ub_sps = min(c.ub_sps, _refined_ub(c, pq_max, best_k, top_k))
+
+    def graph_kind(c: _Cfg) -> str:
+        return "key graph" if c.engine.graph.view is None else "merged key graph"
+
     def say(msg: str, c: _Cfg | None = None) -> None:
         where = "" if c is None else f"mb {c.config.micro_batch} sg {c.config.shard_group} root {c.config.root}: "
         _progress(f"search [{time.perf_counter() - t0:.1f} s]: {where}{msg}", progress)
@@ -298,14 +307,12 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         best_k = kth_best()
         built = c.engine.build_graph(pq_max, thr_of(c, best_k), deadline, graph_caps)
         if built == "built":
-            c.ub_sps = min(c.ub_sps, _config_ub(c, pq_max, thr_of(c, best_k)))
-            if c.ub_sps > best_k:
-                c.ub_sps = min(c.ub_sps, _refined_ub(c, pq_max, best_k, top_k))
+            bound_by_graph(c, best_k)
             if c.ub_sps > best_k:
                 r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, best_k), beam=BEAM, deadline=deadline)
                 nodes += r.stats.nodes
                 add_finished(c, r.finished)
-            say(f"key graph of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
+            say(f"{graph_kind(c)} of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
                 f"best {kth_best():.4g}", c)
         elif built == "deadline":
             open_bounds.extend(x.ub_sps for x in order[i:] if x.ub_sps > best_k)
@@ -339,10 +346,8 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
                 f"{bigger.max_stage_sims} stage simulations", c)
             if c.engine.build_graph(pq_max, thr_of(c, best_k), None, bigger, merged_ok=not merged) == "built":
                 over_caps.discard(c.config)
-                c.ub_sps = min(c.ub_sps, _config_ub(c, pq_max, thr_of(c, best_k)))
-                if c.ub_sps > best_k:
-                    c.ub_sps = min(c.ub_sps, _refined_ub(c, pq_max, best_k, top_k))
-                say(f"key graph of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
+                bound_by_graph(c, best_k)
+                say(f"{graph_kind(c)} of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
                     f"best {best_k:.4g}", c)
                 if c.ub_sps <= best_k:
                     c.ub_sps = 0.0                               # ruled out by its graph
@@ -417,7 +422,7 @@ def _config_ub(c: _Cfg, pq_max: float, thr_q: float = math.inf) -> float:
     """Upper bound on samples/s of any fitting plan of this configuration faster than thr_q."""
     eng = c.engine
     L, K = eng.start()
-    lb, mem_lb = eng.lower_bounds(0, L, K, pq_max, graph=eng.graph_for(pq_max, thr_q))
+    lb, mem_lb = eng.lower_bounds(0, L, K, pq_max, graph=eng.graph_for(pq_max, thr_q), CM=K)  # start: its own merge
     if mem_lb[0] > pq_max or not math.isfinite(lb[0]):
         return 0.0
     return c.problem.samples / (max(lb[0], 1.0) * TIME_Q)

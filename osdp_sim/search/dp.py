@@ -59,7 +59,6 @@ class DPStats:
     pruned_bound: int = 0
     pruned_memory: int = 0
     dominated: int = 0
-    transitions: int = 0          # distinct stage evaluations
 
 
 @dataclass
@@ -86,7 +85,6 @@ class Engine:
         self.single: dict = {}
         self._sids = [[self.store.steps_id(o.steps) for o in opts] for opts in pb.shapes]
         self._sid_embed = self.store.steps_id((pb.root.embed,))
-        self.stats_transitions = 0
         self.stage_sims = 0                         # stage() simulations run (memo misses)
         self.graph: KeyGraph | None = None          # exact time-to-go (keygraph.py), once built
         self.too_large_real: list = []              # (limit, threshold, caps) of abandoned graphs
@@ -104,28 +102,27 @@ class Engine:
         g = self.graph
         if g is not None and g.covers(pq_max, thr_q) and (merged_ok or g.view is None):
             return "built"
-        lams = lambda_grid(self.bounds.j_lam)
-        if not _abandoned(self.too_large_real, pq_max, thr_q, caps):
-            try:
-                self.graph = KeyGraph(self, lams, pq_max, thr_q, deadline, caps)
-                return "built"
-            except Timeout:
-                return "deadline"
-            except TooLarge:
-                self.too_large_real.append((pq_max, thr_q, caps))
+        out = self._attempt(self, self.too_large_real, pq_max, thr_q, deadline, caps)
+        if out != "too large" or not merged_ok:
+            return out
         # too many real keys (communication-bound chains): the graph over merged keys
-        if not merged_ok or _abandoned(self.too_large_merged, pq_max, thr_q, caps):
-            return "too large"
         view = MergedView(self, grid_for(self, pq_max))
+        return self._attempt(view, self.too_large_merged, pq_max, thr_q, deadline, caps)
+
+    def _attempt(self, source, tried: list, pq_max, thr_q, deadline, caps) -> str:
+        """One KeyGraph over the transitions of `source` (this engine, or a MergedView of it)."""
+        if _abandoned(tried, pq_max, thr_q, caps):
+            return "too large"
         try:
-            self.graph = KeyGraph(view, lams, pq_max, thr_q, deadline, caps)
-            self.graph.view = view
-            return "built"
+            graph = KeyGraph(source, lambda_grid(self.bounds.j_lam), pq_max, thr_q, deadline, caps)
         except Timeout:
             return "deadline"
         except TooLarge:
-            self.too_large_merged.append((pq_max, thr_q, caps))
+            tried.append((pq_max, thr_q, caps))
             return "too large"
+        graph.view = None if source is self else source
+        self.graph = graph
+        return "built"
 
     def graph_for(self, pq_max: float, thr_q: float) -> KeyGraph | None:
         """The key graph if it is valid for a run with this limit and threshold, else None."""
@@ -173,7 +170,6 @@ class Engine:
                     out, nk = self._st(key_id, sid, opt.steps, "group")
                 elif mlp_first(opt.steps, key[0]):
                     out, nk = self._st(key_id, sid, opt.steps, "ckmlp", b.ck)
-                    self.stats_transitions += 1
                     return self.intern(("C", nk)), self._deltas(out)
                 else:                                       # checkpointed: the whole block later
                     return self.intern(("D", key_id, c)), ZERO
@@ -188,7 +184,6 @@ class Engine:
                     out, nk = self._st(key[1], sid, aopt.steps, "ckattn", b.ck)
                 else:
                     out, nk = self._st(key_id, sid, aopt.steps, "group")
-        self.stats_transitions += 1
         return nk, self._deltas(out)
 
     @staticmethod
