@@ -230,7 +230,7 @@ def _monitor(procs, run_dir: Path, timeout_s: float, echo) -> tuple[str, dict | 
     done_ok = set()
     all_ok_at = None
     t_start = time.monotonic()
-    pace = [[t_start, 0.0, False] for _ in procs]   # per rank: last progress line's time, largest gap, any yet
+    pace = [Pace(t_start) for _ in procs]
     while True:
         _pump(procs, run_dir, offsets, last_progress, echo, pace)
         failed = _newly_failed(procs, run_dir, done_ok)
@@ -303,14 +303,14 @@ def _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo, pa
     _pump(procs, run_dir, offsets, last_progress, echo, pace)
     now = time.monotonic()
     live = [r for r, p in enumerate(procs) if p.poll() is None]
-    stalled = [r for r in live if stalled_for(now - pace[r][0], pace[r][1])]
+    stalled = [r for r in live if stalled_for(now - pace[r].last_s, pace[r].largest_gap_s)]
     suspects = []
     for r, p in enumerate(procs):
         stack = _main_stack(_log_text(run_dir, r))
         if p.poll() is None and stack is not None and "torch/distributed" not in stack:
             suspects.append(r)
     rank = suspects[0] if len(suspects) == 1 else None
-    where = "; ".join(f"rank {r}: " + (f"{last_progress[r]} ({now - pace[r][0]:.0f} s ago)" if pace[r][2]
+    where = "; ".join(f"rank {r}: " + (f"{last_progress[r]} ({now - pace[r].last_s:.0f} s ago)" if pace[r].seen
                                         else "no progress") for r in range(len(procs)))
     if live and not stalled:
         who = ("every rank was still making progress at its usual pace: the run is slower than the "
@@ -325,6 +325,21 @@ def _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo, pa
 
 
 STALL_MIN_S = 5.0
+
+
+@dataclass
+class Pace:
+    """A rank's progress lines so far: when the last came, the largest gap between two of them
+    (the start-up before the first is not a gap), whether any came."""
+
+    last_s: float
+    largest_gap_s: float = 0.0
+    seen: bool = False
+
+    def line(self, now: float) -> None:
+        if self.seen:
+            self.largest_gap_s = max(self.largest_gap_s, now - self.last_s)
+        self.last_s, self.seen = now, True
 
 
 def stalled_for(since_last_s: float, largest_gap_s: float) -> bool:
@@ -363,8 +378,8 @@ def _exit_reason(rc) -> str:
 
 
 def _pump(procs, run_dir: Path, offsets, last_progress, echo, pace=None) -> None:
-    """Echo new progress lines (all of rank 0's, the start and failure lines of the others);
-    pace[r] = [time of rank r's last progress line, largest gap between two of them, seen any]."""
+    """Echo new progress lines (all of rank 0's, the start and failure lines of the others) and
+    note them in pace[r] (Pace), when given."""
     for r in range(len(procs)):
         path = run_dir / f"rank{r}.log"
         try:
@@ -382,9 +397,8 @@ def _pump(procs, run_dir: Path, offsets, last_progress, echo, pace=None) -> None
                 continue
             msg = line.split(":", 1)[1].strip() if ":" in line else line
             last_progress[r] = msg
-            if pace is not None:                 # gaps between progress lines (not the start-up)
-                now = time.monotonic()
-                pace[r] = [now, max(pace[r][1], now - pace[r][0]) if pace[r][2] else 0.0, True]
+            if pace is not None:
+                pace[r].line(time.monotonic())
             if echo and (r == 0 or not re.match(r"(step |warmup done|memory step done)", msg)):
                 print(line, file=echo, flush=True)
 
