@@ -224,3 +224,25 @@ def test_hybrid_sharding_on_four_ranks(hybrid_results, case):
     assert got["losses"] == pytest.approx(reference(case), rel=FP32_RTOL)
     assert all(b < a - 1e-3 for a, b in zip(got["losses"], got["losses"][1:]))
     assert got["param_elems_by_mesh"].get("2x2", 0) > 0      # (replicas, shard) mesh in use
+
+
+# A rank killed by a signal (gloo's transport aborts the process on a failed connection) says
+# nothing about the plan: run_spawned keeps results written before it, else runs once more.
+SIGNAL_CASE = Case("zero3_signal", plan(GPT, "zero3"))
+
+
+def test_a_rank_killed_by_a_signal_costs_one_more_attempt(tmp_path, capfd):
+    got = run_spawned([SIGNAL_CASE], world=2, steps=STEPS, out_path=str(tmp_path / "l.json"),
+                      faults=("abort_at_start:1", "abort_at_exit:0"))
+    assert got[SIGNAL_CASE.name]["losses"] == pytest.approx(reference(SIGNAL_CASE), rel=FP32_RTOL)
+    err = capfd.readouterr().err
+    assert "attempt 1/2: rank 1 died by SIGABRT before the results were written" in err
+    assert "attempt 2/2: rank 0 died by SIGABRT after the results were written; keeping them" in err
+
+
+def test_a_signal_on_every_attempt_is_raised(tmp_path):
+    from torch.multiprocessing.spawn import ProcessException
+
+    with pytest.raises(ProcessException):
+        run_spawned([SIGNAL_CASE], world=2, steps=STEPS, out_path=str(tmp_path / "l.json"),
+                    faults=("abort_at_start:0", "abort_at_start:1"))

@@ -5,11 +5,18 @@ Each rank trains on its slice of one fixed synthetic global batch (the same batc
 a working run's loss falls); the loss of a step is the mean of the ranks' losses, which is the
 reference model's loss on the whole batch. `run_cases` is the spawn target (it must be importable
 by the child processes); rank 0 writes the losses to a JSON file before the process group is torn
-down (a rare abort at exit must not lose them).
+down.
+
+Gloo's TCP transport can abort a process outright (std::terminate from its I/O thread) when a
+connection fails, as seen once in CI with 4 ranks on 2 cores (rank 2, SIGABRT). Such a death says
+nothing about the plans under test, so `run_spawned` keeps results that rank 0 wrote before a
+rank died by a signal, and otherwise starts the whole run once more on a fresh port. A rank that
+raises a Python exception is never retried: that is a failure of the code under test.
 """
 
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -109,13 +116,16 @@ def _train(case: Case, steps: int, rank: int, world: int, device: torch.device) 
     return {"losses": losses, **layout}
 
 
-def run_cases(rank: int, world: int, port: int, cases: list[Case], steps: int, out_path: str) -> None:
+def run_cases(rank: int, world: int, port: int, cases: list[Case], steps: int, out_path: str,
+              fault: str = "") -> None:
     """Spawn target: train every case in turn; rank 0 writes {name: {losses, layout} or {error}}
-    to out_path."""
+    to out_path. fault (tests of run_spawned): 'abort_at_start:R' or 'abort_at_exit:R' makes rank
+    R abort (SIGABRT) right after joining the group, or after the results are written."""
     os.environ.setdefault("ENABLE_NCCL_BASE_COLLECTIVES", "0")
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=120))
+    _maybe_fault(fault, "abort_at_start", rank)
     device = torch.device("cpu")
     results = {}
     for case in cases:
@@ -133,7 +143,14 @@ def run_cases(rank: int, world: int, port: int, cases: list[Case], steps: int, o
             json.dump(results, f)
         os.replace(out_path + ".tmp", out_path)
     dist.barrier()
+    _maybe_fault(fault, "abort_at_exit", rank)
     dist.destroy_process_group()
+
+
+def _maybe_fault(fault: str, where: str, rank: int) -> None:
+    if fault and fault.split(":")[0] == where and int(fault.split(":")[1]) == rank:
+        sys.stderr.flush()
+        os.abort()
 
 
 def free_port() -> int:
@@ -142,10 +159,43 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_spawned(cases: list[Case], world: int, steps: int, out_path: str) -> dict:
-    """Run `cases` on `world` gloo processes; returns rank 0's results."""
-    import torch.multiprocessing as mp
+# What torch's spawn sends to the other ranks when one fails: not a cause of the failure.
+_CLEANUP_SIGNALS = (signal.SIGTERM, signal.SIGKILL)
 
-    mp.spawn(run_cases, args=(world, free_port(), cases, steps, out_path), nprocs=world, join=True)
+
+def run_spawned(cases: list[Case], world: int, steps: int, out_path: str, *, attempts: int = 2,
+                faults: tuple[str, ...] = ()) -> dict:
+    """Run `cases` on `world` gloo processes; returns rank 0's results. A rank killed by a signal
+    (see the module docstring) costs one more attempt, up to `attempts`, unless rank 0 had already
+    written the results. faults[i]: the fault injected into attempt i (tests only)."""
+    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessException
+
+    for attempt in range(1, attempts + 1):
+        if os.path.exists(out_path):
+            os.remove(out_path)
+        fault = faults[attempt - 1] if attempt <= len(faults) else ""
+        ctx = mp.start_processes(run_cases, args=(world, free_port(), cases, steps, out_path, fault),
+                                 nprocs=world, join=False, start_method="spawn")
+        try:
+            while not ctx.join():
+                pass
+            break
+        except ProcessException:
+            # after a failed join every rank has exited; which of them did a signal kill?
+            killed = [(rank, signal.Signals(-p.exitcode).name) for rank, p in enumerate(ctx.processes)
+                      if p.exitcode is not None and p.exitcode < 0
+                      and -p.exitcode not in _CLEANUP_SIGNALS]
+            if not killed:
+                raise
+            written = os.path.exists(out_path)
+            print(f"[equivalence] attempt {attempt}/{attempts}: "
+                  + ", ".join(f"rank {r} died by {name}" for r, name in killed)
+                  + (" after the results were written; keeping them" if written
+                     else " before the results were written"), file=sys.stderr, flush=True)
+            if written:
+                break
+            if attempt == attempts:
+                raise
     with open(out_path) as f:
         return json.load(f)
