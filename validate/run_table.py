@@ -3,9 +3,11 @@ two runs each (seeds 0 and 1), predictions from hwprofiles/cpu-2core.yaml (not c
 
     python validate/run_table.py [--hw hwprofiles/cpu-2core.yaml] [--out validate/records/table]
 
-CPU step times are only honest when nothing else runs: before each run it waits until the CPUs
-are idle, and it repeats a run (up to --tries times) whose record says other work took more than
---max-other of the cores meanwhile (env.other_cpu_fraction).
+CPU step times are only honest when nothing else runs: the six runs go through the campaign
+runner (osdp_sim.calibrate.campaign.run_campaign), which waits before each run until the CPUs are
+idle and repeats a run (up to --tries times) during which other work took more than --max-other
+of the cores (the measure of the record's env.other_cpu_fraction); every attempt is logged to
+<out>/campaign-log.jsonl.
 """
 
 import argparse
@@ -13,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from osdp_sim.calibrate.campaign import wait_until_idle
-from osdp_sim.records import load_record
+from osdp_sim.calibrate.campaign import Campaign, Job, run_campaign
+from osdp_sim.plan import load_plan
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -30,25 +32,22 @@ def main() -> int:
     p.add_argument("--tries", type=int, default=4)
     args = p.parse_args()
     subprocess.run([sys.executable, str(HERE / "make_plans.py")], check=True, cwd=ROOT)
-    for plan in args.plans.split(","):
+    out = ROOT / args.out
+    c = Campaign(name="table", source=__file__, hardware=args.hw, device="cpu", records_dir=out,
+                 backend="fsdp2", warmup=3, iters=10, threads=1, seed=0, timeout_s=300, runs=())
+    jobs = []
+    for name in args.plans.split(","):
+        plan = load_plan(HERE / "plans" / f"{name}.json")
         for seed in args.seeds.split(","):
-            out = Path(args.out) / f"{plan}-s{seed}.json"
-            for attempt in range(1, args.tries + 1):
-                wait_until_idle(0.10)
-                cmd = [sys.executable, "-m", "osdp_sim.cli.main", "validate", "--plan",
-                       f"validate/plans/{plan}.json", "--hw", args.hw, "--warmup", "3", "--iters", "10",
-                       "--seed", seed, "-o", str(out)]
-                print(f"{plan} seed {seed} try {attempt}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
-                (ROOT / out).unlink(missing_ok=True)      # never judge this try by an older record
-                rc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL).returncode
-                if not (ROOT / out).exists():
-                    print(f"  validate exited {rc} without a record", file=sys.stderr, flush=True)
-                    continue
-                other = load_record(ROOT / out).data["env"].get("other_cpu_fraction")
-                print(f"  other work took {other} of the cores", file=sys.stderr, flush=True)
-                if other is not None and other <= args.max_other:
-                    break
-    subprocess.run([sys.executable, str(HERE / "table.py"), args.out], cwd=ROOT, check=True)
+            path = out / f"{name}-s{seed}.json"
+            path.unlink(missing_ok=True)              # a fresh table: never an older record
+            jobs.append(Job(model=plan.model.name, nproc=plan.devices, plan=plan, seed=int(seed),
+                            repeat=0, record_path=path, label=name, field=name))
+    s = run_campaign(c, jobs=jobs, max_busy=0.10, max_foreign=args.max_other, attempts=args.tries)
+    if s.failed:
+        print(f"{len(s.failed)} of {s.total} runs failed: {s.failed}", file=sys.stderr)
+        return 1
+    subprocess.run([sys.executable, str(HERE / "table.py"), str(out)], cwd=ROOT, check=True)
     return 0
 
 
