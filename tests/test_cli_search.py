@@ -117,3 +117,16 @@ def test_graph_caps_reach_the_search(capsys, monkeypatch):
     rc, out3, err = run(argv + ["--graph-max-keys", "1", "--time-limit", "0"], capsys)
     assert "no time limit: key graph again with caps 10 keys per level, 3000000 stage simulations" in err
     assert json.loads(out3)["predicted"] == json.loads(out)["predicted"]
+
+
+def test_gap_tolerance_reaches_the_search(capsys):
+    argv = TINY + ["--mem-limit", "400MiB", "--json"]
+    rc, out, err = run(argv + ["--gap", "20"], capsys)
+    d = json.loads(out)
+    assert rc == 0 and d["search"]["status"] in ("optimal", "within_gap")
+    assert "by more than 20.00%" in err                       # the progress line names the tolerance
+    exact = json.loads(run(argv, capsys)[1])
+    assert d["predicted"]["samples_per_s"] * 1.2 >= exact["predicted"]["samples_per_s"] * (1 - 1e-9)
+    assert d["search"]["gap"] <= 0.2 + 1e-9
+    rc, _, err = run(argv + ["--gap", "100"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--gap" in err and "below 100" in err

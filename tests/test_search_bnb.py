@@ -10,6 +10,7 @@ import pytest
 from searchfixtures import enumerate_space, random_hw, random_spec
 
 from osdp_sim.costmodel import estimate
+from osdp_sim.errors import UserError
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
@@ -207,3 +208,39 @@ def test_shared_cache_gives_the_same_optimum_at_every_limit():
             if fresh.plan is not None:
                 assert shared.estimate.samples_per_s == pytest.approx(fresh.estimate.samples_per_s, rel=1e-12)
         assert cache["engines"]                 # the tables were kept
+
+
+@pytest.mark.parametrize("probe", ["default", "graph"])
+def test_gap_tolerance_is_certified_against_brute_force(probe, monkeypatch):
+    """rel_gap: the plan returned is within the tolerance of the optimum, the bound still covers
+    the optimum and the gap reported is at most the tolerance; on some instances the tolerance
+    really cuts the search short (a plan below the optimum is returned)."""
+    if probe == "graph":
+        monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+    rng = random.Random(77)
+    checked = short = 0
+    for _ in range(40):
+        spec, hw, space = _instance(rng)
+        plans = _brute(spec, hw, space)
+        peaks = sorted(p[1] for p in plans)
+        limit = peaks[rng.randrange(len(peaks))]
+        best = max(p[0] for p in plans if p[1] <= limit)
+        rel_gap = rng.choice([0.02, 0.1, 0.3])
+        res = search(spec, hw, limit, space, rel_gap=rel_gap)
+        assert res.status in ("optimal", "within_gap")
+        got = res.estimate.samples_per_s
+        assert res.estimate.peak_memory_bytes <= limit
+        assert got * (1 + rel_gap) >= best * (1 - 1e-9)
+        assert res.best_bound >= best * (1 - 1e-9)
+        assert res.gap <= rel_gap + 1e-9          # the fast model and estimate() agree to ~1e-10
+        assert res.gap == pytest.approx((res.best_bound - got) / got)
+        checked += 1
+        short += got < best * (1 - 1e-9)
+    assert checked == 40 and short > 0
+
+
+def test_gap_tolerance_must_be_below_one():
+    hw = load_profile("titan8")
+    spec = build_spec(with_overrides(BUILTIN["gpt2-1.5b"], n_layers=2))
+    with pytest.raises(UserError, match="gap tolerance"):
+        search(spec, hw, 4 * 2**30, SearchSpace(micro_batches=(1,)), rel_gap=1.0)

@@ -1,19 +1,10 @@
 """`osdp-sim campaign FILE`: run every plan of a measurement campaign through `osdp-sim validate`,
 skipping runs already recorded (so an interrupted campaign resumes where it stopped)."""
 
+from osdp_sim.cli.common import percent
+
 HELP = ("run a measurement campaign (validate/campaigns/*.yaml): every plan through `osdp-sim validate`, "
         "one record each, resumable")
-
-
-def percent(text: str) -> float:
-    import argparse
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage 0-100, got {text!r}") from None
-    if not 0.0 <= v <= 100.0:
-        raise argparse.ArgumentTypeError(f"expected a percentage 0-100, got {text!r}")
-    return v
 
 
 def add_arguments(p) -> None:

@@ -49,3 +49,14 @@ def load_hw(args):
 def load_spec(args):
     from osdp_sim.model.load import load_model
     return load_model(args.model, seq_len=getattr(args, "seq_len", None))
+
+
+def percent(text: str) -> float:
+    import argparse
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage 0-100, got {text!r}") from None
+    if not 0.0 <= v <= 100.0:
+        raise argparse.ArgumentTypeError(f"expected a percentage 0-100, got {text!r}")
+    return v

@@ -4,7 +4,7 @@ uniform baselines, the OSDP knapsack DP for comparison, a certificate and an exp
 import json
 import sys
 
-from osdp_sim.cli.common import add_hw_args, add_model_args, load_hw, load_spec, positive_int
+from osdp_sim.cli.common import add_hw_args, add_model_args, load_hw, load_spec, percent, positive_int
 from osdp_sim.errors import UserError
 from osdp_sim.search.keygraph import GraphCaps
 from osdp_sim.units import format_bytes, parse_bytes
@@ -44,6 +44,9 @@ def add_arguments(p) -> None:
     p.add_argument("--time-limit", type=float, metavar="S", default=DEFAULT_TIME_LIMIT_S,
                    help="stop the search after S seconds and report the best plan so far with its proven "
                         f"gap (default {DEFAULT_TIME_LIMIT_S:g}; 0 = run until optimal)")
+    p.add_argument("--gap", type=percent, default=0.0, metavar="PCT",
+                   help="stop proving once no plan can beat the best found by more than PCT%% "
+                        "(default 0: proven optimal); the report certifies the gap left")
     p.add_argument("--top-k", type=positive_int, default=1, metavar="K", help="also list the K best plans")
     p.add_argument("--graph-max-keys", type=positive_int, default=GraphCaps.max_level_keys, metavar="N",
                    help="a configuration's key graph (the exact bound) is abandoned past N keys on one level "
@@ -135,6 +138,8 @@ def run(args) -> int:
         raise UserError(f"expected a number of seconds >= 0, got {args.time_limit}", field="--time-limit")
     if args.time_limit == 0:
         args.time_limit = None
+    if args.gap >= 100.0:
+        raise UserError(f"expected a percentage below 100, got {args.gap:g}", field="--gap")
     hw = load_hw(args)
     spec = load_spec(args)
     space = build_space(args, spec, hw)
@@ -142,7 +147,7 @@ def run(args) -> int:
     progress(f"searching {spec.name} on {hw.device.count} x {hw.device.name} within {format_bytes(limit)}: "
              f"{describe_space(space, hw)} ...")
     result = search(spec, hw, limit, space, time_limit_s=args.time_limit, top_k=args.top_k, progress=True,
-                    graph_caps=GraphCaps(args.graph_max_keys, args.graph_max_sims))
+                    graph_caps=GraphCaps(args.graph_max_keys, args.graph_max_sims), rel_gap=args.gap / 100.0)
     if result.status == "infeasible" or result.plan is None:
         msg = infeasible_message(spec, hw, limit, space, result, args)
         if args.json:

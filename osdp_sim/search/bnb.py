@@ -30,6 +30,13 @@ from osdp_sim.search.space import (SearchSpace, devices_of, grad_accum_of, group
 
 EVALUATED_CAP = 20000
 BEAM = 64
+BEAM_LABELS = 6400                        # beam width x decisions: a beam over 2,000 decisions is 3-4 wide
+
+
+def beam_width(c) -> int:
+    """The beam for this configuration's problem: BEAM wide on models up to about 100 decisions,
+    narrower beyond (a 64-wide beam over a 1000-block model ran for minutes), never below 4."""
+    return max(4, min(BEAM, BEAM_LABELS // max(1, len(c.engine.positions))))
 NO_LIMIT_CAPS_FACTOR = 10                 # without a time limit a graph over the caps is tried again this much larger
 PROBE_NODES = 500_000                     # labels the exact search may create before the key graph is built
 REFINE_DEPTH = 2                         # decisions expanded exactly for a configuration's bound (the last block)
@@ -150,11 +157,15 @@ def _finished_value(pb: Problem, f: Finished, hw: HardwareProfile) -> tuple[floa
 
 def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: SearchSpace = SearchSpace(),
            *, time_limit_s: float | None = None, top_k: int = 1, objective: str = "time",
-           progress: bool = False, cache: dict | None = None, graph_caps: GraphCaps = GraphCaps()) -> SearchResult:
+           progress: bool = False, cache: dict | None = None, graph_caps: GraphCaps = GraphCaps(),
+           rel_gap: float = 0.0) -> SearchResult:
     """The plan with the highest samples/s whose estimate() peak memory is <= mem_limit_bytes.
 
     graph_caps: how large a configuration's key graph may grow (keygraph.py) before the search
     falls back to the relaxed bounds for it; larger caps prove more configurations, at a cost.
+    rel_gap: stop proving once no plan can beat the best found by more than this fraction (a
+    branch-and-bound's relative gap tolerance, as scipy.optimize.milp's mip_rel_gap): whatever
+    could only beat it by less is pruned; the result is "within_gap" with that gap certified.
     objective="additive": the additive surrogate (search/additive.py), for cross-checks.
     cache: a dict shared by calls with the same spec, hw and space (a sweep over limits): the
     cost tables and the engines' stage tables are kept in it, so later calls reuse them."""
@@ -165,6 +176,8 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         raise UserError(f"objective must be 'time' or 'additive'; got {objective!r}", field="objective")
     if top_k < 1:
         raise UserError("top_k must be at least 1", field="top_k")
+    if not 0.0 <= rel_gap < 1.0:
+        raise UserError(f"the gap tolerance must be at least 0 and below 1; got {rel_gap}", field="rel_gap")
     t0 = time.perf_counter()
     deadline = None if time_limit_s is None else t0 + time_limit_s
     pq_max = _limit_q(mem_limit_bytes, hw)
@@ -185,6 +198,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         c.engine = engines[c.config]
         c.problem = c.engine.pb
         c.ub_sps = _config_ub(c, pq_max)
+    global_ub = max((c.ub_sps for c in fitting), default=0.0)     # no plan of the space is faster
     order = sorted(fitting, key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
     _progress(f"search [{time.perf_counter() - t0:.1f} s]: {len(cfgs)} configurations, "
               f"{len(fitting)} may fit", progress)
@@ -193,6 +207,10 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         if len(found) < top_k:
             return 0.0
         return sorted((f[0] for f in found), reverse=True)[top_k - 1]
+
+    def goal() -> float:
+        """What a plan must beat to be searched for: the k-th best so far, raised by rel_gap."""
+        return kth_best() * (1.0 + rel_gap)
 
     def add_finished(c: _Cfg, fins: list):
         nonlocal leaves
@@ -225,7 +243,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     if any(k > 1 for k in space.splits) and fitting:
         left = None if deadline is None else max(0.0, (deadline - time.perf_counter()) / 2)
         sub = search(spec, hw, mem_limit_bytes, replace(space, splits=(1,)), time_limit_s=left, top_k=top_k,
-                     cache=cache.setdefault("unsplit", {}), graph_caps=graph_caps)
+                     cache=cache.setdefault("unsplit", {}), graph_caps=graph_caps, rel_gap=rel_gap)
         nodes += sub.nodes
         by_cfg = {c.config: c for c in fitting}
         for plan, _e in sub.top:
@@ -243,7 +261,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     for c in order:
         if deadline is not None and time.perf_counter() > deadline:
             break
-        best_k = kth_best()
+        best_k = goal()
         if c.ub_sps > best_k:
             c.ub_sps = min(c.ub_sps, _refined_ub(c, pq_max, best_k, top_k))
     order.sort(key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
@@ -273,9 +291,9 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     # near the optimum, e.g. without splits); otherwise the key graph (keygraph.py: exact
     # time-to-go), a bound from it and a beam run on it. Exact searches on the graph follow.
     for c in order[:3]:
-        if (deadline is not None and time.perf_counter() > deadline) or c.ub_sps <= kth_best():
+        if (deadline is not None and time.perf_counter() > deadline) or c.ub_sps <= goal():
             continue
-        r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, kth_best()), beam=BEAM, deadline=deadline)
+        r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, goal()), beam=beam_width(c), deadline=deadline)
         nodes += r.stats.nodes
         add_finished(c, r.finished)
     best_of: dict = {}
@@ -285,10 +303,10 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
                               c.config.shard_group, c.config.root))
     exact_left: list = []
     over_caps: set = set()                          # configurations whose key graph passed the caps
-    say(f"incumbent {kth_best():.4g} samples/s, {sum(c.ub_sps > kth_best() for c in order)} "
-        "configurations may beat it")
+    say(f"incumbent {kth_best():.4g} samples/s, {sum(c.ub_sps > goal() for c in order)} "
+        "configurations may beat it" + (f" by more than {rel_gap:.2%}" if rel_gap else ""))
     for i, c in enumerate(order):
-        best_k = kth_best()
+        best_k = goal()
         if c.ub_sps <= best_k:
             continue
         if deadline is not None and time.perf_counter() > deadline:
@@ -304,12 +322,12 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
             say(f"exact with the relaxed bounds, {r.stats.nodes} nodes, {r.seconds:.2f} s", c)
             c.ub_sps = 0.0                                   # done: its plans are in `found`
             continue
-        best_k = kth_best()
+        best_k = goal()
         built = c.engine.build_graph(pq_max, thr_of(c, best_k), deadline, graph_caps)
         if built == "built":
             bound_by_graph(c, best_k)
             if c.ub_sps > best_k:
-                r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, best_k), beam=BEAM, deadline=deadline)
+                r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, best_k), beam=beam_width(c), deadline=deadline)
                 nodes += r.stats.nodes
                 add_finished(c, r.finished)
             say(f"{graph_kind(c)} of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
@@ -326,10 +344,10 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     exact_left.sort(key=lambda c: (c.engine.graph is None, -c.ub_sps, c.config.micro_batch,
                                    c.config.shard_group, c.config.root))
     if open_bounds:                                  # stopped above: these were not searched
-        open_bounds.extend(x.ub_sps for x in exact_left if x.ub_sps > kth_best())
+        open_bounds.extend(x.ub_sps for x in exact_left if x.ub_sps > goal())
         exact_left = []
     for i, c in enumerate(exact_left):
-        best_k = kth_best()
+        best_k = goal()
         mb = c.config.micro_batch
         if c.ub_sps <= best_k:
             continue
@@ -361,7 +379,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         if not r.complete:
             if math.isfinite(r.open_bound_q):
                 open_bounds.append(c.problem.samples / (r.open_bound_q * TIME_Q))
-            open_bounds.extend(x.ub_sps for x in exact_left[i + 1:] if x.ub_sps > kth_best())
+            open_bounds.extend(x.ub_sps for x in exact_left[i + 1:] if x.ub_sps > goal())
             break
         c.ub_sps = 0.0                                       # done: its plans are in `found`
     for sps, peak, _o, c, f, _k in found:
@@ -373,7 +391,10 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         top.append((plan, estimate(spec, hw, plan)))
     best = top[0][1].samples_per_s if top else 0.0
     timed_out = bool(open_bounds)
-    bound = max([best] + open_bounds) if top else (max(open_bounds) if open_bounds else 0.0)
+    # what was pruned for the tolerance could beat the k-th best by up to rel_gap (never more than
+    # the bound of the whole space)
+    tolerated = [min(kth_best() * (1.0 + rel_gap), global_ub)] if rel_gap and top else []
+    bound = max([best] + open_bounds + tolerated) if top else (max(open_bounds) if open_bounds else 0.0)
     seconds = time.perf_counter() - t0
     per_micro_batch = [(mb, v[0], v[1] and v[0] is None) for mb, v in sorted(per_mb.items())]
     open_cfgs = [{"micro_batch": c.config.micro_batch, "shard_group": c.config.shard_group, "root": c.config.root,
@@ -381,11 +402,13 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
                   "reason": "key graph over the caps" if c.config in over_caps else "not finished within the time limit"}
                  for c in order if timed_out and c.ub_sps > best]
     if top:
-        status = "time_limit" if timed_out else "optimal"
-        gap = (bound - best) / best if timed_out else 0.0
+        status = "time_limit" if timed_out else ("optimal" if bound <= best else "within_gap")
+        gap = (bound - best) / best
         e = top[0][1]
-        msg = (f"{'optimal' if not timed_out else 'best found'}: {best:.4g} samples/s at "
-               f"{e.peak_memory_bytes / 2**30:.2f} GiB peak" + (f", gap {gap:.2%}" if timed_out else ""))
+        head = {"optimal": "optimal", "within_gap": f"within the {rel_gap:.2%} gap tolerance",
+                "time_limit": "best found"}[status]
+        msg = (f"{head}: {best:.4g} samples/s at {e.peak_memory_bytes / 2**30:.2f} GiB peak"
+               + (f", gap {gap:.2%}" if status != "optimal" else ""))
         if open_cfgs:
             msg += "; open: " + _describe_open(open_cfgs)
         return SearchResult(status, top[0][0], e, top, nodes, leaves, bound, gap, seconds, msg,
