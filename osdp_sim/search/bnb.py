@@ -45,7 +45,7 @@ MAX_MICRO_BATCH = 4096
 
 @dataclass
 class SearchResult:
-    status: str                          # optimal | time_limit | infeasible
+    status: str                          # optimal | within_gap (rel_gap) | time_limit | infeasible
     plan: Plan | None
     estimate: Estimate | None
     top: list                            # [(Plan, Estimate)], best first
@@ -56,7 +56,7 @@ class SearchResult:
     seconds: float
     message: str
     min_peak_memory_bytes: float         # least peak over the space (exact; with the plan below)
-    per_micro_batch: list                # [(micro_batch, best samples/s or None, pruned by bound)]
+    per_micro_batch: list                # [(micro_batch, best samples/s or None, pruned by bound, or by the gap tolerance)]
     evaluated: list                      # [(peak_memory_bytes, samples_per_s)] of complete plans
     min_peak_plan: Plan | None = None
     objective: str = "time"
