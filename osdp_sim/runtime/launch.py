@@ -226,21 +226,20 @@ def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grac
 
 def _monitor(procs, run_dir: Path, timeout_s: float, echo) -> tuple[str, dict | None]:
     offsets = [0] * len(procs)
-    last_progress = [""] * len(procs)
     done_ok = set()
     all_ok_at = None
     t_start = time.monotonic()
     pace = [Pace(t_start) for _ in procs]
     while True:
-        _pump(procs, run_dir, offsets, last_progress, echo, pace)
+        _pump(procs, run_dir, offsets, echo, pace)
         failed = _newly_failed(procs, run_dir, done_ok)
         if failed:
             # When one rank dies its peers fail too ("connection reset"); let them exit, then
             # blame the rank that failed on its own.
             time.sleep(SETTLE_S)
             failed = _newly_failed(procs, run_dir, done_ok)
-            _pump(procs, run_dir, offsets, last_progress, echo)
-            return _blame(failed, run_dir, last_progress)
+            _pump(procs, run_dir, offsets, echo, pace)
+            return _blame(failed, run_dir, pace)
         if len(done_ok) == len(procs):
             return "ok", None
         now = time.monotonic()
@@ -249,7 +248,7 @@ def _monitor(procs, run_dir: Path, timeout_s: float, echo) -> tuple[str, dict | 
             if now - all_ok_at > GRACE_S:     # results are in; a rank stuck in teardown is killed
                 return "ok", None
         if now - t_start > timeout_s:
-            return "timeout", _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo, pace)
+            return "timeout", _timeout_failure(procs, run_dir, timeout_s, offsets, echo, pace)
         time.sleep(0.1)
 
 
@@ -269,7 +268,7 @@ def _newly_failed(procs, run_dir: Path, done_ok: set) -> list[tuple[int, int, di
     return out
 
 
-def _blame(failed, run_dir: Path, last_progress) -> tuple[str, dict]:
+def _blame(failed, run_dir: Path, pace) -> tuple[str, dict]:
     def rank_of_cause(item):
         r, rc, res = item
         err = (res or {}).get("error") or ""
@@ -284,12 +283,12 @@ def _blame(failed, run_dir: Path, last_progress) -> tuple[str, dict]:
     reason = (res or {}).get("error") or _exit_reason(rc)
     if res and res.get("status") == "error" and res.get("reached"):
         reason += f" (in {res['reached']['phase']} after {res['reached']['step']} steps)"
-    elif last_progress[r]:
-        reason += f" (last progress: {last_progress[r]})"
+    elif pace[r].message:
+        reason += f" (last progress: {pace[r].message})"
     return "failed", _failure(r, f"rank {r}: {reason}", rc, run_dir)
 
 
-def _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo, pace) -> dict:
+def _timeout_failure(procs, run_dir, timeout_s, offsets, echo, pace) -> dict:
     """Ask every live rank for its Python stacks (faulthandler on SIGUSR1) and name the ranks that
     are not waiting inside torch.distributed: those are the ones the others wait for; unless every
     rank was still making progress at its usual pace, which is a run slower than the timeout."""
@@ -300,7 +299,7 @@ def _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo, pa
             except ProcessLookupError:
                 pass
     time.sleep(1.0)
-    _pump(procs, run_dir, offsets, last_progress, echo, pace)
+    _pump(procs, run_dir, offsets, echo, pace)
     now = time.monotonic()
     live = [r for r, p in enumerate(procs) if p.poll() is None]
     stalled = [r for r in live if stalled_for(now - pace[r].last_s, pace[r].largest_gap_s)]
@@ -310,7 +309,7 @@ def _timeout_failure(procs, run_dir, timeout_s, last_progress, offsets, echo, pa
         if p.poll() is None and stack is not None and "torch/distributed" not in stack:
             suspects.append(r)
     rank = suspects[0] if len(suspects) == 1 else None
-    where = "; ".join(f"rank {r}: " + (f"{last_progress[r]} ({now - pace[r].last_s:.0f} s ago)" if pace[r].seen
+    where = "; ".join(f"rank {r}: " + (f"{pace[r].message} ({now - pace[r].last_s:.0f} s ago)" if pace[r].seen
                                         else "no progress") for r in range(len(procs)))
     if live and not stalled:
         who = ("every rank was still making progress at its usual pace: the run is slower than the "
@@ -329,17 +328,21 @@ STALL_MIN_S = 5.0
 
 @dataclass
 class Pace:
-    """A rank's progress lines so far: when the last came, the largest gap between two of them
-    (the start-up before the first is not a gap), whether any came."""
+    """A rank's progress lines so far: the last one and when it came, the largest gap between two
+    of them (the start-up before the first is not a gap)."""
 
     last_s: float
     largest_gap_s: float = 0.0
-    seen: bool = False
+    message: str | None = None
 
-    def line(self, now: float) -> None:
+    @property
+    def seen(self) -> bool:
+        return self.message is not None
+
+    def line(self, now: float, message: str) -> None:
         if self.seen:
             self.largest_gap_s = max(self.largest_gap_s, now - self.last_s)
-        self.last_s, self.seen = now, True
+        self.last_s, self.message = now, message
 
 
 def stalled_for(since_last_s: float, largest_gap_s: float) -> bool:
@@ -377,9 +380,9 @@ def _exit_reason(rc) -> str:
     return f"exited with code {rc} without a result"
 
 
-def _pump(procs, run_dir: Path, offsets, last_progress, echo, pace=None) -> None:
+def _pump(procs, run_dir: Path, offsets, echo, pace) -> None:
     """Echo new progress lines (all of rank 0's, the start and failure lines of the others) and
-    note them in pace[r] (Pace), when given."""
+    note them in pace[r] (Pace)."""
     for r in range(len(procs)):
         path = run_dir / f"rank{r}.log"
         try:
@@ -396,9 +399,7 @@ def _pump(procs, run_dir: Path, offsets, last_progress, echo, pace=None) -> None
             if not line.startswith(PROGRESS):
                 continue
             msg = line.split(":", 1)[1].strip() if ":" in line else line
-            last_progress[r] = msg
-            if pace is not None:
-                pace[r].line(time.monotonic())
+            pace[r].line(time.monotonic(), msg)
             if echo and (r == 0 or not re.match(r"(step |warmup done|memory step done)", msg)):
                 print(line, file=echo, flush=True)
 
