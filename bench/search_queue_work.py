@@ -1,6 +1,6 @@
-"""Does a stage's time depend on the queued communication only through its total work? Evidence
-for the next step of the key graph (docs/search.md, "What would go further"): if it does, keys
-could be merged by (pending step, total queued work rounded down) for the time part of the bound.
+"""Does a stage's time depend on the queued communication only through its total work? The
+evidence behind the merged key graph (search/merged.py, docs/search.md "The merged key graph"),
+which merges keys by (pending step, total queued work rounded down) for the time part of the bound.
 
 For random partial plans of one configuration it replaces the key's queue by one started item of
 the same total work (or of a random smaller one), completes both keys with the same random
@@ -92,7 +92,6 @@ def main():
         t = time.perf_counter()
         g = keygraph.KeyGraph(view, keygraph.lambda_grid(eng.bounds.j_lam), pq, thr,
                               caps=keygraph.GraphCaps(100_000, 10_000_000))
-        g.view = view
         L, K = eng.start()
         lb = eng.lower_bounds(0, L, K, pq, graph=g, CM=K)[0][0]        # the start is its own merge
         bound = c.problem.samples / (lb * TIME_Q) if np.isfinite(lb) else 0.0

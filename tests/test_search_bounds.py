@@ -136,7 +136,6 @@ def test_merged_key_graph_bound_admissible(seed, grid_fraction):
                 g = KeyGraph(view, lambda_grid(eng.bounds.j_lam), limit, thr, caps=GraphCaps(400))
             except TooLarge:
                 continue
-            g.view = view
             built += 1
             mid = int(path[0][2])                          # the start key is its own merge
             for gap, L, kid in path:

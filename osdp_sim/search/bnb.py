@@ -31,16 +31,16 @@ from osdp_sim.search.space import (SearchSpace, devices_of, grad_accum_of, group
 EVALUATED_CAP = 20000
 BEAM = 64
 BEAM_LABELS = 6400                        # beam width x decisions: a beam over 2,000 decisions is 3-4 wide
-
-
-def beam_width(c) -> int:
-    """The beam for this configuration's problem: BEAM wide on models up to about 100 decisions,
-    narrower beyond (a 64-wide beam over a 1000-block model ran for minutes), never below 4."""
-    return max(4, min(BEAM, BEAM_LABELS // max(1, len(c.engine.positions))))
 NO_LIMIT_CAPS_FACTOR = 10                 # without a time limit a graph over the caps is tried again this much larger
 PROBE_NODES = 500_000                     # labels the exact search may create before the key graph is built
 REFINE_DEPTH = 2                         # decisions expanded exactly for a configuration's bound (the last block)
 MAX_MICRO_BATCH = 4096
+
+
+def beam_width(c: "_Cfg") -> int:
+    """The beam for this configuration's problem: BEAM wide on models up to about 100 decisions,
+    narrower beyond (a 64-wide beam over a 1000-block model ran for minutes), never below 4."""
+    return max(4, min(BEAM, BEAM_LABELS // max(1, len(c.engine.positions))))
 
 
 @dataclass
@@ -366,7 +366,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
                 over_caps.discard(c.config)
                 bound_by_graph(c, best_k)
                 say(f"{graph_kind(c)} of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
-                    f"best {best_k:.4g}", c)
+                    f"best {kth_best():.4g}", c)
                 if c.ub_sps <= best_k:
                     c.ub_sps = 0.0                               # ruled out by its graph
                     continue
@@ -400,7 +400,7 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     open_cfgs = [{"micro_batch": c.config.micro_batch, "shard_group": c.config.shard_group, "root": c.config.root,
                   "bound_samples_per_s": c.ub_sps,
                   "reason": "key graph over the caps" if c.config in over_caps else "not finished within the time limit"}
-                 for c in order if timed_out and c.ub_sps > best]
+                 for c in order if timed_out and c.ub_sps > goal()]      # (below: within rel_gap)
     if top:
         status = "time_limit" if timed_out else ("optimal" if bound <= best else "within_gap")
         gap = (bound - best) / best

@@ -120,7 +120,6 @@ class Engine:
         except TooLarge:
             tried.append((pq_max, thr_q, caps))
             return "too large"
-        graph.view = None if source is self else source
         self.graph = graph
         return "built"
 

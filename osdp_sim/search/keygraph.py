@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from osdp_sim.search.labels import update
+from osdp_sim.search.merged import MergedView
 
 N_LAMBDA = 24
 
@@ -86,7 +87,7 @@ class KeyGraph:
     def __init__(self, engine, lams: np.ndarray, pq_max: float, thr_q: float,
                  deadline: float | None = None, caps: GraphCaps = GraphCaps()):
         self.lams, self.pq_max, self.thr_q = lams, pq_max, thr_q
-        self.view = None                     # set when built over merged keys (merged.py)
+        self.view = engine if isinstance(engine, MergedView) else None   # over merged keys (merged.py)
         pb = engine.pb
         n = len(engine.positions)
         L, K = engine.start()

@@ -2,8 +2,8 @@
 too many for keygraph.py.
 
 Why merging is sound. A stage's time depends on the queued communication only through its total
-work W, and is non-decreasing in W; so is the work it leaves queued (docs/search.md, "What would
-go further", derives it from run_compute's fluid model). A merged key keeps the pending step and
+work W, and is non-decreasing in W; so is the work it leaves queued (docs/search.md, "The merged
+key graph", derives it from run_compute's fluid model). A merged key keeps the pending step and
 replaces the queue by one item of W rounded down to `grid_s`: along the same decisions, the merged
 path has, stage by stage, no more queued work and no more time than the real one, and the same
 resident + kept bytes S (which do not depend on keys). Memory events do depend on the queue, so
