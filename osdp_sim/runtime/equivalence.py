@@ -182,10 +182,7 @@ def run_spawned(cases: list[Case], world: int, steps: int, out_path: str, *, att
                 pass
             break
         except ProcessException:
-            # after a failed join every rank has exited; which of them did a signal kill?
-            killed = [(rank, signal.Signals(-p.exitcode).name) for rank, p in enumerate(ctx.processes)
-                      if p.exitcode is not None and p.exitcode < 0
-                      and -p.exitcode not in _CLEANUP_SIGNALS]
+            killed = _signal_deaths(ctx.processes)       # a failed join has ended every rank
             if not killed:
                 raise
             written = os.path.exists(out_path)
@@ -197,5 +194,16 @@ def run_spawned(cases: list[Case], world: int, steps: int, out_path: str, *, att
                 break
             if attempt == attempts:
                 raise
+        finally:                                  # e.g. Ctrl-C while joining: no rank outlives us
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
     with open(out_path) as f:
         return json.load(f)
+
+
+def _signal_deaths(processes) -> list[tuple[int, str]]:
+    """(rank, signal name) of the ranks a signal killed, other than spawn's own cleanup."""
+    return [(rank, signal.Signals(-p.exitcode).name) for rank, p in enumerate(processes)
+            if p.exitcode is not None and p.exitcode < 0 and -p.exitcode not in _CLEANUP_SIGNALS]
