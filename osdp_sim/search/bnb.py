@@ -39,7 +39,7 @@ MAX_MICRO_BATCH = 4096
 
 def beam_width(c: "_Cfg") -> int:
     """The beam for this configuration's problem: BEAM wide on models up to about 100 decisions,
-    narrower beyond (a 64-wide beam over a 1000-block model ran for minutes), never below 4."""
+    narrower beyond (a 64-wide beam over a 1000-block model did not finish in 120 s), never below 4."""
     return max(4, min(BEAM, BEAM_LABELS // max(1, len(c.engine.positions))))
 
 
