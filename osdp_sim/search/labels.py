@@ -7,6 +7,7 @@ from osdp_sim.costmodel.fast import NEG
 
 NCOL = 7            # t, u, v, y, pm, m1, m2
 NDELTA = 12         # dt, opt, s_n, o_v, o_y, d_y, d_v, pm, o_m1, o_m2, g_a, p_a
+DT, OPT, S_N, O_V, O_Y, D_Y, D_V, PM, O_M1, O_M2, G_A, P_A = range(NDELTA)    # its columns (fast.StageOut)
 ZERO = (0, 0, 0, NEG, NEG, 0, 0, 0, NEG, NEG, 0, 0)     # the deltas of a decision only recorded
 
 

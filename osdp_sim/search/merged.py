@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from osdp_sim.costmodel.fast import NEG, TIME_Q
+from osdp_sim.search.labels import D_Y, G_A, O_M1, O_M2, O_V, O_Y, P_A, PM
 
 # the rounding grid, as a fraction of the mean time per decision of the configuration's bound
 GRID_FRACTION = 0.01
@@ -72,8 +73,8 @@ class MergedView:
         if t is None:
             codes, nks, ds = self.engine.table(mid, g)
             ds = ds.copy()
-            ds[:, [3, 4, 8, 9]] = NEG               # forward, backward and checkpoint events
-            ds[:, [5, 7, 10, 11]] = 0               # live bytes, optimizer temporary, re-gathers
+            ds[:, [O_V, O_Y, O_M1, O_M2]] = NEG     # forward, backward and checkpoint events
+            ds[:, [D_Y, PM, G_A, P_A]] = 0          # live bytes, optimizer temporary, re-gathers
             t = self._tables[(mid, g)] = (codes, np.array([self.merge(int(k)) for k in nks], dtype=np.int64), ds)
         return t
 
