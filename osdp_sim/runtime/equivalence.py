@@ -7,8 +7,9 @@ reference model's loss on the whole batch. `run_cases` is the spawn target (it m
 by the child processes); rank 0 writes the losses to a JSON file before the process group is torn
 down.
 
-Gloo's TCP transport can abort a process outright (std::terminate from its I/O thread) when a
-connection fails, as seen once in CI with 4 ranks on 2 cores (rank 2, SIGABRT). Such a death says
+A rank died by SIGABRT once in CI (rank 2 of 4 on 2 cores; its stderr was not kept, and 14 runs
+here, some under load, did not repeat it). The likely cause: gloo's TCP transport aborts a
+process outright (std::terminate from its I/O thread) when a connection fails. Such a death says
 nothing about the plans under test, so `run_spawned` keeps results that rank 0 wrote before a
 rank died by a signal, and otherwise starts the whole run once more on a fresh port. A rank that
 raises a Python exception is never retried: that is a failure of the code under test.
