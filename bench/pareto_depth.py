@@ -6,8 +6,10 @@ cut to a few depths. docs/search-usage.md quotes these times.
 """
 
 import argparse
+import sys
 import time
 
+from osdp_sim.cli.common import int_list, run_script
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
@@ -18,11 +20,11 @@ from osdp_sim.search.space import SearchSpace
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", default="8,16,24,32")
+    ap.add_argument("--layers", type=int_list, default=(8, 16, 24, 32))
     args = ap.parse_args()
     hw = load_profile("titan8")
     space = SearchSpace(splits=(1,), micro_batches=(4,), root_strategies=("zero3",))
-    for n in (int(x) for x in args.layers.split(",")):
+    for n in args.layers:
         spec = build_spec(with_overrides(BUILTIN["mingpt-48l-1536"], n_layers=n))
         t = time.perf_counter()
         r = pareto_front(spec, hw, space)
@@ -31,4 +33,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

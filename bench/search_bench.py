@@ -6,8 +6,10 @@ the numbers of the last run and the command.
 """
 
 import argparse
+import sys
 import time
 
+from osdp_sim.cli.common import positive_float, run_script
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.config import ModelConfig
 from osdp_sim.model.families import BUILTIN
@@ -56,7 +58,7 @@ def ratios(ours_r, knap_r) -> str:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--time-limit", type=float, default=120.0)
+    ap.add_argument("--time-limit", type=positive_float, default=120.0)
     ap.add_argument("--full", action="store_true", help="also the 28-choice space (slow: see docs)")
     ap.add_argument("--quick", action="store_true", help="skip the knapsack DP")
     ap.add_argument("--only", choices=("48", "synthetic"), help="only the 48-layer models or the synthetic one")
@@ -92,4 +94,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

@@ -8,10 +8,12 @@ Instance: mingpt-48l-1536 on titan8, 8 GiB, micro-batch 7, root zero2, incumbent
 """
 
 import argparse
+import sys
 import time
 
 import numpy as np
 
+from osdp_sim.cli.common import positive_float, positive_int, run_script
 from osdp_sim.costmodel.fast import TIME_Q, Config, fast_estimate
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.config import with_overrides
@@ -81,8 +83,8 @@ def choice_slack(spec48, hw, cfg, choices) -> None:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--decisions", type=int, default=12)
-    ap.add_argument("--seconds", type=float, default=25.0)
+    ap.add_argument("--decisions", type=positive_int, default=12)
+    ap.add_argument("--seconds", type=positive_float, default=25.0)
     args = ap.parse_args()
     hw = load_profile("titan8")
     spec = build_spec(BUILTIN["mingpt-48l-1536"])
@@ -95,4 +97,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

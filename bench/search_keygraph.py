@@ -10,9 +10,11 @@ figures docs/search.md and docs/benchmarks.md quote for the key graph.
 """
 
 import argparse
+import sys
 import time
 
 import osdp_sim.search.keygraph as keygraph
+from osdp_sim.cli.common import positive_float, positive_int, run_script
 from osdp_sim.costmodel.fast import TIME_Q
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model
@@ -25,14 +27,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="mingpt-48l-1536")
     ap.add_argument("--hw", default="titan8")
-    ap.add_argument("--mem-limit-gib", type=float, default=8.0)
-    ap.add_argument("--micro-batch", type=int, default=7)
+    ap.add_argument("--mem-limit-gib", type=positive_float, default=8.0)
+    ap.add_argument("--micro-batch", type=positive_int, default=7)
     ap.add_argument("--root", default="zero3")
-    ap.add_argument("--incumbent", type=float, default=23.82,
+    ap.add_argument("--incumbent", type=positive_float, default=23.82,
                     help="samples/s of the best plan known (the graph drops what cannot beat it); "
                          "23.82 is what the search has before its graphs on the default instance")
-    ap.add_argument("--max-keys", type=int, default=keygraph.GraphCaps.max_level_keys)
-    ap.add_argument("--max-stages", type=int, default=keygraph.GraphCaps.max_stage_sims)
+    ap.add_argument("--max-keys", type=positive_int, default=keygraph.GraphCaps.max_level_keys)
+    ap.add_argument("--max-stages", type=positive_int, default=keygraph.GraphCaps.max_stage_sims)
     ap.add_argument("--exact", action="store_true", help="then the exact search of the configuration")
     args = ap.parse_args()
     spec, hw = load_model(args.model), load_profile(args.hw)
@@ -72,4 +74,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

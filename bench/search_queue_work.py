@@ -17,11 +17,13 @@ the incumbent and the real-key graph's.
 
 import argparse
 import random
+import sys
 import time
 
 import numpy as np
 
 import osdp_sim.search.keygraph as keygraph
+from osdp_sim.cli.common import float_list, positive_float, positive_int, run_script
 from osdp_sim.costmodel.fast import TIME_Q
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model
@@ -71,11 +73,11 @@ def compare_paths(eng: Engine, rng: random.Random, trials: int, smaller: bool) -
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="mingpt-48l-1536")
-    ap.add_argument("--micro-batch", type=int, default=6)
-    ap.add_argument("--trials", type=int, default=300)
-    ap.add_argument("--abstract-graph", metavar="GRIDS", help="also build the merged graph for these "
-                    "rounding grids in seconds (comma-separated; 0: exact total work)")
-    ap.add_argument("--incumbent", type=float, default=23.82,
+    ap.add_argument("--micro-batch", type=positive_int, default=6)
+    ap.add_argument("--trials", type=positive_int, default=300)
+    ap.add_argument("--abstract-graph", metavar="GRIDS", type=float_list, default=(),
+                    help="also build the merged graph for these rounding grids in seconds (comma-separated; 0: exact total work)")
+    ap.add_argument("--incumbent", type=positive_float, default=23.82,
                     help="samples/s the graph must beat (23.82: what the search has on mingpt-48l-1536 before its graphs)")
     args = ap.parse_args()
     spec, hw = load_model(args.model), load_profile("titan8")
@@ -86,7 +88,7 @@ def main():
     print(compare_paths(Engine(c.problem), rng, args.trials, smaller=False))
     print(compare_paths(Engine(c.problem), rng, args.trials, smaller=True))
     thr = c.problem.samples / args.incumbent / TIME_Q
-    for grid_s in ([float(x) for x in args.abstract_graph.split(",")] if args.abstract_graph else []):
+    for grid_s in args.abstract_graph:
         eng = Engine(c.problem)
         view = MergedView(eng, grid_s)
         t = time.perf_counter()
@@ -119,4 +121,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

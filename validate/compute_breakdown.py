@@ -8,10 +8,12 @@ time_breakdown for the plan. docs/validation.md quotes it.
 
 import argparse
 import statistics
+import sys
 import time
 
 import torch
 
+from osdp_sim.cli.common import positive_int, run_script
 from osdp_sim.costmodel import estimate
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.spec import build_spec
@@ -23,7 +25,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--plan", default="validate/plans/zero3.json")
     ap.add_argument("--hw", default="hwprofiles/cpu-2core.yaml")
-    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--iters", type=positive_int, default=20)
     args = ap.parse_args()
     torch.set_num_threads(1)
     plan = load_plan(args.plan)
@@ -56,4 +58,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

@@ -10,9 +10,11 @@ mixed.json  root (embedding + head) DDP; blocks 0-1 ZeRO-3 with each MLP split i
 """
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 
+from osdp_sim.cli.common import positive_int, run_script
 from osdp_sim.model.load import load_model_config
 from osdp_sim.plan import GroupChoice, save_plan, uniform_plan
 
@@ -40,8 +42,8 @@ def plans(model: str, micro_batch: int, devices: int, precision: str) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="gpt2-tiny")
-    p.add_argument("--micro-batch", type=int, default=4)
-    p.add_argument("--devices", type=int, default=2)
+    p.add_argument("--micro-batch", type=positive_int, default=4)
+    p.add_argument("--devices", type=positive_int, default=2)
     p.add_argument("--precision", default="bf16", choices=("fp32", "bf16"))
     p.add_argument("--out", default=str(HERE / "plans"))
     args = p.parse_args()
@@ -52,4 +54,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from osdp_sim.calibrate.campaign import Campaign, Job, run_campaign
+from osdp_sim.cli.common import positive_int, run_script
 from osdp_sim.plan import load_plan
 
 HERE = Path(__file__).resolve().parent
@@ -29,7 +30,7 @@ def main() -> int:
     p.add_argument("--plans", default="zero3,mixed,ddp")
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--max-other", type=float, default=0.03)
-    p.add_argument("--tries", type=int, default=4)
+    p.add_argument("--tries", type=positive_int, default=4)
     args = p.parse_args()
     subprocess.run([sys.executable, str(HERE / "make_plans.py")], check=True, cwd=ROOT)
     out = ROOT / args.out
@@ -52,4 +53,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

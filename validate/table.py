@@ -6,9 +6,11 @@ The predictions are those stored in each record (the cost model when the run was
 --predict they are computed again by the current cost model with PROFILE (no run is repeated).
 """
 
+import argparse
 import sys
 from pathlib import Path
 
+from osdp_sim.cli.common import run_script
 from osdp_sim.records import load_records
 
 HERE = Path(__file__).resolve().parent
@@ -65,12 +67,19 @@ def _pct(v):
     return "-" if v is None else f"{v * 100:+.1f}%"
 
 
-if __name__ == "__main__":
-    args = sys.argv[1:]
+def main() -> int:
+    ap = argparse.ArgumentParser(description="Print the measured-vs-predicted table from records.")
+    ap.add_argument("records", nargs="?", default=str(HERE / "records"), help="a records folder or file")
+    ap.add_argument("--predict", metavar="PROFILE",
+                    help="recompute the predictions with the current cost model and this profile")
+    args = ap.parse_args()
     profile = None
-    if "--predict" in args:
-        i = args.index("--predict")
+    if args.predict:
         from osdp_sim.hardware.load import load_profile
-        profile = load_profile(args[i + 1])
-        del args[i:i + 2]
-    print("\n".join(rows(args[0] if args else HERE / "records", profile)))
+        profile = load_profile(args.predict)
+    print("\n".join(rows(args.records, profile)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(main))

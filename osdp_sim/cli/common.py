@@ -1,6 +1,8 @@
 """Argument helpers shared by the commands: resolving model, hardware and plan arguments."""
 
 import argparse
+import sys
+from pathlib import Path
 
 from osdp_sim.errors import UserError
 from osdp_sim.units import parse_bytes
@@ -52,7 +54,6 @@ def load_spec(args):
 
 
 def percent(text: str) -> float:
-    import argparse
     try:
         v = float(text)
     except ValueError:
@@ -60,3 +61,46 @@ def percent(text: str) -> float:
     if not 0.0 <= v <= 100.0:
         raise argparse.ArgumentTypeError(f"expected a percentage 0-100, got {text!r}")
     return v
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0.0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """'8,16,24': positive whole numbers, comma-separated."""
+    return tuple(positive_int(x.strip()) for x in text.split(","))
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    """'0,1e-4,1e-3': numbers >= 0, comma-separated."""
+    out = []
+    for x in text.split(","):
+        try:
+            v = float(x)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        if not v >= 0.0:
+            raise argparse.ArgumentTypeError(f"expected numbers >= 0, got {text!r}")
+        out.append(v)
+    return tuple(out)
+
+
+def run_script(main) -> int:
+    """The exit code of main() for the scripts under bench/ and validate/: a UserError is one line
+    on stderr and exit code 2, as with osdp-sim (never a traceback); Ctrl-C is 130."""
+    prog = Path(sys.argv[0]).name
+    try:
+        return int(main() or 0)
+    except UserError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
