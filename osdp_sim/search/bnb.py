@@ -179,72 +179,106 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     if not 0.0 <= rel_gap < 1.0:
         raise UserError(f"the gap tolerance must be at least 0 and below 1; got {rel_gap}", field="rel_gap")
     t0 = time.perf_counter()
-    deadline = None if time_limit_s is None else t0 + time_limit_s
-    pq_max = _limit_q(mem_limit_bytes, hw)
     cache = {} if cache is None else cache
+    s = _Search(hw=hw, pq_max=_limit_q(mem_limit_bytes, hw), top_k=top_k, rel_gap=rel_gap, t0=t0,
+                deadline=None if time_limit_s is None else t0 + time_limit_s, progress=progress,
+                graph_caps=graph_caps)
     problems, engines = cache.setdefault("problems", {}), cache.setdefault("engines", {})
-    cfgs = _configs(spec, hw, space, pq_max, problems)
-    fitting = [c for c in cfgs if c.mem_lb_q <= pq_max]
-    nodes = leaves = 0
-    evaluated: list = []
-    found: list = []                                  # (sps, peak, order, cfg, Finished)
-    per_mb: dict = {}
+    cfgs = _configs(spec, hw, space, s.pq_max, problems)
     for c in cfgs:
-        per_mb.setdefault(c.config.micro_batch, [None, True])
-    # bounds per configuration
-    for c in fitting:
+        s.per_mb.setdefault(c.config.micro_batch, [None, True])
+    fitting = [c for c in cfgs if c.mem_lb_q <= s.pq_max]
+    for c in fitting:                                     # a bound per configuration
         if c.config not in engines:
             engines[c.config] = Engine(c.problem, cache.setdefault("keys", KeyStore()))
         c.engine = engines[c.config]
         c.problem = c.engine.pb
-        c.ub_sps = _config_ub(c, pq_max)
-    global_ub = max((c.ub_sps for c in fitting), default=0.0)     # no plan of the space is faster
+        c.ub_sps = _config_ub(c, s.pq_max)
+    s.global_ub = max((c.ub_sps for c in fitting), default=0.0)     # no plan of the space is faster
     order = sorted(fitting, key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
-    _progress(f"search [{time.perf_counter() - t0:.1f} s]: {len(cfgs)} configurations, "
-              f"{len(fitting)} may fit", progress)
+    s.say(f"{len(cfgs)} configurations, {len(fitting)} may fit")
 
-    def kth_best() -> float:
-        if len(found) < top_k:
-            return 0.0
-        return sorted((f[0] for f in found), reverse=True)[top_k - 1]
-
-    def goal() -> float:
-        """What a plan must beat to be searched for: the k-th best so far, raised by rel_gap."""
-        return kth_best() * (1.0 + rel_gap)
-
-    def add_finished(c: _Cfg, fins: list):
-        nonlocal leaves
-        for f in fins:
-            peak, sps = _finished_value(c.problem, f, hw)
-            leaves += 1
-            if len(evaluated) < EVALUATED_CAP:
-                evaluated.append((peak, sps))
-            if f.peak_q <= pq_max:
-                key = (c.config, tuple(f.attn), tuple(f.mlp), tuple(f.ckpt))
-                if all(k[5] != key for k in found):
-                    found.append((sps, peak, len(found), c, f, key))
-        found.sort(key=lambda x: (-x[0], x[1], x[2]))
-        del found[max(top_k, 1) * 4:]
-
-    # incumbent: uniform plans (one choice everywhere), then beam runs of the same search, on
-    # the most promising configurations
-    uniform_until = None if deadline is None else t0 + 0.1 * time_limit_s
-    for c in order[:6]:
-        if uniform_until is not None and time.perf_counter() > uniform_until:
-            break
-        nb = len(c.problem.blocks)
-        fins = []
-        for i in range(len(c.problem.choices)):
-            for ck in c.problem.ckpt_options:
-                _path, (t_q, peak_q) = c.engine.path([i] * nb, [i] * nb, [ck] * nb)
-                fins.append(Finished(t_q, peak_q, [i] * nb, [i] * nb, [ck] * nb))
-        add_finished(c, fins)
-    # the optimum of the nested space without splits is a plan of this space too
+    # the incumbent: uniform plans, the optimum of the nested space without splits (a plan of
+    # this space too), then beam runs on the most promising configurations
+    s.uniform_plans(order[:6], time_limit_s)
     if any(k > 1 for k in space.splits) and fitting:
-        left = None if deadline is None else max(0.0, (deadline - time.perf_counter()) / 2)
+        left = None if s.deadline is None else max(0.0, (s.deadline - time.perf_counter()) / 2)
         sub = search(spec, hw, mem_limit_bytes, replace(space, splits=(1,)), time_limit_s=left, top_k=top_k,
                      cache=cache.setdefault("unsplit", {}), graph_caps=graph_caps, rel_gap=rel_gap)
-        nodes += sub.nodes
+        s.add_plans(sub, fitting)
+    s.refine_bounds(order)
+    order.sort(key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
+    s.beams(order[:3])
+    best_of: dict = {}
+    for f in s.found:
+        best_of[f[3].config] = max(best_of.get(f[3].config, 0.0), f[0])
+    # those with the best plan so far first: under a time limit the best plans are found sooner
+    order.sort(key=lambda c: (-best_of.get(c.config, 0.0), -c.ub_sps, c.config.micro_batch,
+                              c.config.shard_group, c.config.root))
+    s.say(f"incumbent {s.kth_best():.4g} samples/s, {sum(c.ub_sps > s.goal() for c in order)} "
+          "configurations may beat it" + (f" by more than {rel_gap:.2%}" if rel_gap else ""))
+    s.exact_searches(s.probe_or_graph(order))
+    return s.result(spec, hw, mem_limit_bytes, space, cfgs, order, problems)
+
+
+class _Search:
+    """One search() run: the plans found (the incumbent), the bounds left open, the counters,
+    and its phases after the configuration bounds, in the order search() calls them."""
+
+    def __init__(self, *, hw: HardwareProfile, pq_max: int, top_k: int, rel_gap: float, t0: float, deadline: float | None,
+                 progress: bool, graph_caps: GraphCaps):
+        self.hw, self.pq_max, self.top_k, self.rel_gap = hw, pq_max, top_k, rel_gap
+        self.t0, self.deadline, self.progress, self.graph_caps = t0, deadline, progress, graph_caps
+        self.found: list = []                # (sps, peak, order, cfg, Finished, key), best first
+        self.evaluated: list = []
+        self.per_mb: dict = {}               # micro-batch -> [best samples/s, ruled out by bound]
+        self.open_bounds: list[float] = []   # bounds of what a deadline left unsearched
+        self.over_caps: set = set()          # configurations whose key graph passed the caps
+        self.nodes = self.leaves = self.searched = 0
+        self.global_ub = 0.0
+
+    # -- the incumbent ---------------------------------------------------------------------------
+
+    def kth_best(self) -> float:
+        if len(self.found) < self.top_k:
+            return 0.0
+        return sorted((f[0] for f in self.found), reverse=True)[self.top_k - 1]
+
+    def goal(self) -> float:
+        """What a plan must beat to be searched for: the k-th best so far, raised by rel_gap."""
+        return self.kth_best() * (1.0 + self.rel_gap)
+
+    def add(self, c: _Cfg, fins: list) -> None:
+        for f in fins:
+            peak, sps = _finished_value(c.problem, f, self.hw)
+            self.leaves += 1
+            if len(self.evaluated) < EVALUATED_CAP:
+                self.evaluated.append((peak, sps))
+            if f.peak_q <= self.pq_max:
+                key = (c.config, tuple(f.attn), tuple(f.mlp), tuple(f.ckpt))
+                if all(k[5] != key for k in self.found):
+                    self.found.append((sps, peak, len(self.found), c, f, key))
+        self.found.sort(key=lambda x: (-x[0], x[1], x[2]))
+        del self.found[max(self.top_k, 1) * 4:]
+
+    def uniform_plans(self, cfgs: list, time_limit_s: float | None) -> None:
+        """Every uniform plan (one choice everywhere) of these configurations, within a tenth of
+        the time limit."""
+        until = None if self.deadline is None else self.t0 + 0.1 * time_limit_s
+        for c in cfgs:
+            if until is not None and time.perf_counter() > until:
+                break
+            nb = len(c.problem.blocks)
+            fins = []
+            for i in range(len(c.problem.choices)):
+                for ck in c.problem.ckpt_options:
+                    _path, (t_q, peak_q) = c.engine.path([i] * nb, [i] * nb, [ck] * nb)
+                    fins.append(Finished(t_q, peak_q, [i] * nb, [i] * nb, [ck] * nb))
+            self.add(c, fins)
+
+    def add_plans(self, sub: SearchResult, fitting: list) -> None:
+        """The plans of a search of a nested space (without splits), which are plans of this one."""
+        self.nodes += sub.nodes
         by_cfg = {c.config: c for c in fitting}
         for plan, _e in sub.top:
             c = by_cfg.get(Config(plan.devices, plan.micro_batch, plan.grad_accum, plan.shard_size,
@@ -255,174 +289,195 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
             attn = [idx[plan.choices[ka]] for ka, _km in c.problem.keys]
             mlp = [idx[plan.choices[km]] for _ka, km in c.problem.keys]
             _p, (t_q, peak_q) = c.engine.path(attn, mlp, list(plan.checkpoint))
-            add_finished(c, [Finished(t_q, peak_q, attn, mlp, list(plan.checkpoint))])
-    # tighter configuration bounds: the last block decided exactly (Engine.frontier_bound); a
-    # configuration none of whose plans can beat the incumbent is ruled out here
-    for c in order:
-        if deadline is not None and time.perf_counter() > deadline:
-            break
-        best_k = goal()
-        if c.ub_sps > best_k:
-            c.ub_sps = min(c.ub_sps, _refined_ub(c, pq_max, best_k, top_k))
-    order.sort(key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
-    open_bounds: list[float] = []
-    searched = 0
+            self.add(c, [Finished(t_q, peak_q, attn, mlp, list(plan.checkpoint))])
 
-    def thr_of(c: _Cfg, sps: float) -> float:
-        return (c.problem.samples / sps / TIME_Q) if sps > 0 else math.inf
+    def beams(self, cfgs: list) -> None:
+        """A beam run with the relaxed bounds on each of these (a good incumbent early)."""
+        for c in cfgs:
+            if self.expired() or c.ub_sps <= self.goal():
+                continue
+            r = c.engine.run(pq_max=self.pq_max, thr_q=_thr_q(c, self.goal()), beam=beam_width(c),
+                             deadline=self.deadline)
+            self.nodes += r.stats.nodes
+            self.add(c, r.finished)
 
-    def bound_by_graph(c: _Cfg, best_k: float) -> None:
-        """Tighten c.ub_sps with its new key graph: at the start, then after the last block."""
-        c.ub_sps = min(c.ub_sps, _config_ub(c, pq_max, thr_of(c, best_k)))
-        if c.ub_sps > best_k:
-            c.ub_sps = min(c.ub_sps, _refined_ub(c, pq_max, best_k, top_k))
+    # -- bounds ----------------------------------------------------------------------------------
 
-    def graph_kind(c: _Cfg) -> str:
-        return "key graph" if c.engine.graph.view is None else "merged key graph"
-
-    def say(msg: str, c: _Cfg | None = None) -> None:
-        where = "" if c is None else f"mb {c.config.micro_batch} sg {c.config.shard_group} root {c.config.root}: "
-        _progress(f"search [{time.perf_counter() - t0:.1f} s]: {where}{msg}", progress)
-
-    # A beam run with the relaxed bounds on the three most promising configurations (a good
-    # incumbent early), then per configuration, those with the best plan so far first (under a
-    # time limit the best plans are found sooner; the proof visits every open one anyway): a
-    # deterministic probe of the exact search with the relaxed bounds (enough when few plans lie
-    # near the optimum, e.g. without splits); otherwise the key graph (keygraph.py: exact
-    # time-to-go), a bound from it and a beam run on it. Exact searches on the graph follow.
-    for c in order[:3]:
-        if (deadline is not None and time.perf_counter() > deadline) or c.ub_sps <= goal():
-            continue
-        r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, goal()), beam=beam_width(c), deadline=deadline)
-        nodes += r.stats.nodes
-        add_finished(c, r.finished)
-    best_of: dict = {}
-    for f in found:
-        best_of[f[3].config] = max(best_of.get(f[3].config, 0.0), f[0])
-    order.sort(key=lambda c: (-best_of.get(c.config, 0.0), -c.ub_sps, c.config.micro_batch,
-                              c.config.shard_group, c.config.root))
-    exact_left: list = []
-    over_caps: set = set()                          # configurations whose key graph passed the caps
-    say(f"incumbent {kth_best():.4g} samples/s, {sum(c.ub_sps > goal() for c in order)} "
-        "configurations may beat it" + (f" by more than {rel_gap:.2%}" if rel_gap else ""))
-    for i, c in enumerate(order):
-        best_k = goal()
-        if c.ub_sps <= best_k:
-            continue
-        if deadline is not None and time.perf_counter() > deadline:
-            open_bounds.extend(x.ub_sps for x in order[i:] if x.ub_sps > best_k)
-            break
-        r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, best_k), top_k=top_k, deadline=deadline,
-                         max_nodes=PROBE_NODES)
-        nodes += r.stats.nodes
-        add_finished(c, r.finished)
-        if r.complete:
-            per_mb[c.config.micro_batch][1] = False
-            searched += 1
-            say(f"exact with the relaxed bounds, {r.stats.nodes} nodes, {r.seconds:.2f} s", c)
-            c.ub_sps = 0.0                                   # done: its plans are in `found`
-            continue
-        best_k = goal()
-        built = c.engine.build_graph(pq_max, thr_of(c, best_k), deadline, graph_caps)
-        if built == "built":
-            bound_by_graph(c, best_k)
+    def refine_bounds(self, order: list) -> None:
+        """The last block decided exactly (Engine.frontier_bound); a configuration none of whose
+        plans can beat the incumbent is ruled out here."""
+        for c in order:
+            if self.expired():
+                break
+            best_k = self.goal()
             if c.ub_sps > best_k:
-                r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, best_k), beam=beam_width(c), deadline=deadline)
-                nodes += r.stats.nodes
-                add_finished(c, r.finished)
-            say(f"{graph_kind(c)} of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
-                f"best {kth_best():.4g}", c)
-        elif built == "deadline":
-            open_bounds.extend(x.ub_sps for x in order[i:] if x.ub_sps > best_k)
-            break
-        else:
-            over_caps.add(c.config)
-            say(f"key graph too large (over {graph_caps.max_level_keys} keys on a level or "
-                f"{graph_caps.max_stage_sims} stage simulations), relaxed bounds only", c)
-        exact_left.append(c)
-    # those with a graph first: their searches are short and may raise the incumbent
-    exact_left.sort(key=lambda c: (c.engine.graph is None, -c.ub_sps, c.config.micro_batch,
-                                   c.config.shard_group, c.config.root))
-    if open_bounds:                                  # stopped above: these were not searched
-        open_bounds.extend(x.ub_sps for x in exact_left if x.ub_sps > goal())
+                c.ub_sps = min(c.ub_sps, _refined_ub(c, self.pq_max, best_k, self.top_k))
+
+    def bound_by_graph(self, c: _Cfg, best_k: float) -> None:
+        """Tighten c.ub_sps with its new key graph: at the start, then after the last block."""
+        c.ub_sps = min(c.ub_sps, _config_ub(c, self.pq_max, _thr_q(c, best_k)))
+        if c.ub_sps > best_k:
+            c.ub_sps = min(c.ub_sps, _refined_ub(c, self.pq_max, best_k, self.top_k))
+
+    # -- the proof -------------------------------------------------------------------------------
+
+    def probe_or_graph(self, order: list) -> list:
+        """Per configuration that may still beat the incumbent: a probe of the exact search with
+        the relaxed bounds (which may finish it), else its key graph (keygraph.py: exact
+        time-to-go), a bound from it and a beam run on it. Returns those left for an exact search;
+        when the deadline passes, none (their bounds go to open_bounds)."""
         exact_left = []
-    for i, c in enumerate(exact_left):
-        best_k = goal()
-        mb = c.config.micro_batch
-        if c.ub_sps <= best_k:
-            continue
-        if deadline is not None and time.perf_counter() > deadline:
-            open_bounds.extend(x.ub_sps for x in exact_left[i:] if x.ub_sps > best_k)
-            break
-        merged = c.engine.graph is not None and c.engine.graph.view is not None
-        if deadline is None and (c.config in over_caps or merged):
-            # run to the proof: before an exact search with the relaxed bounds alone (which may
-            # not end on communication-bound chains) or the merged graph (whose memory pruning is
-            # weaker), the graph over real keys once more with larger caps
-            bigger = graph_caps.scaled(NO_LIMIT_CAPS_FACTOR)
-            say(f"no time limit: key graph again with caps {bigger.max_level_keys} keys per level, "
-                f"{bigger.max_stage_sims} stage simulations", c)
-            if c.engine.build_graph(pq_max, thr_of(c, best_k), None, bigger, merged_ok=not merged) == "built":
-                over_caps.discard(c.config)
-                bound_by_graph(c, best_k)
-                say(f"{graph_kind(c)} of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
-                    f"best {kth_best():.4g}", c)
-                if c.ub_sps <= best_k:
-                    c.ub_sps = 0.0                               # ruled out by its graph
-                    continue
-        per_mb[mb][1] = False
-        r = c.engine.run(pq_max=pq_max, thr_q=thr_of(c, best_k), top_k=top_k, deadline=deadline)
-        searched += 1
-        nodes += r.stats.nodes
-        add_finished(c, r.finished)
-        say(f"{r.stats.nodes} nodes, {len(r.finished)} plans, {r.seconds:.2f} s", c)
-        if not r.complete:
-            if math.isfinite(r.open_bound_q):
-                open_bounds.append(c.problem.samples / (r.open_bound_q * TIME_Q))
-            open_bounds.extend(x.ub_sps for x in exact_left[i + 1:] if x.ub_sps > goal())
-            break
-        c.ub_sps = 0.0                                       # done: its plans are in `found`
-    for sps, peak, _o, c, f, _k in found:
-        cur = per_mb[c.config.micro_batch][0]
-        per_mb[c.config.micro_batch][0] = sps if cur is None else max(cur, sps)
-    top = []
-    for sps, peak, _o, c, f, _k in found[:top_k]:
-        plan = c.problem.plan(f.attn, f.mlp, f.ckpt)
-        top.append((plan, estimate(spec, hw, plan)))
-    best = top[0][1].samples_per_s if top else 0.0
-    timed_out = bool(open_bounds)
-    # what was pruned for the tolerance could beat the k-th best by up to rel_gap (never more than
-    # the bound of the whole space)
-    tolerated = [min(kth_best() * (1.0 + rel_gap), global_ub)] if rel_gap and top else []
-    bound = max([best] + open_bounds + tolerated) if top else (max(open_bounds) if open_bounds else 0.0)
-    seconds = time.perf_counter() - t0
-    per_micro_batch = [(mb, v[0], v[1] and v[0] is None) for mb, v in sorted(per_mb.items())]
-    open_cfgs = [{"micro_batch": c.config.micro_batch, "shard_group": c.config.shard_group, "root": c.config.root,
-                  "bound_samples_per_s": c.ub_sps,
-                  "reason": "key graph over the caps" if c.config in over_caps else "not finished within the time limit"}
-                 for c in order if timed_out and c.ub_sps > goal()]      # (below: within rel_gap)
-    if top:
-        status = "time_limit" if timed_out else ("optimal" if bound <= best else "within_gap")
-        gap = (bound - best) / best
-        e = top[0][1]
-        head = {"optimal": "optimal", "within_gap": f"within the {rel_gap:.2%} gap tolerance",
-                "time_limit": "best found"}[status]
-        msg = (f"{head}: {best:.4g} samples/s at {e.peak_memory_bytes / 2**30:.2f} GiB peak"
-               + (f", gap {gap:.2%}" if status != "optimal" else ""))
-        if open_cfgs:
-            msg += "; open: " + _describe_open(open_cfgs)
-        return SearchResult(status, top[0][0], e, top, nodes, leaves, bound, gap, seconds, msg,
-                            math.nan, per_micro_batch, evaluated, None, "time", len(cfgs), searched,
-                            open_cfgs)
-    if timed_out:
-        return SearchResult("time_limit", None, None, [], nodes, leaves, bound, math.inf, seconds,
-                            "time limit reached before any plan that fits was found", math.nan,
-                            per_micro_batch, evaluated, None, "time", len(cfgs), searched, open_cfgs)
-    mp, mp_plan = min_peak(spec, hw, space, cache=problems)
-    msg = (f"no plan fits {mem_limit_bytes / 2**30:.2f} GiB: the least peak memory in this space is "
-           f"{mp / 2**30:.2f} GiB")
-    return SearchResult("infeasible", None, None, [], nodes, leaves, 0.0, math.inf, time.perf_counter() - t0,
-                        msg, mp, per_micro_batch, evaluated, mp_plan, "time", len(cfgs), searched)
+        for i, c in enumerate(order):
+            best_k = self.goal()
+            if c.ub_sps <= best_k:
+                continue
+            if self.expired():
+                self.stop_at(order[i:], best_k)
+                break
+            r = c.engine.run(pq_max=self.pq_max, thr_q=_thr_q(c, best_k), top_k=self.top_k,
+                             deadline=self.deadline, max_nodes=PROBE_NODES)
+            self.nodes += r.stats.nodes
+            self.add(c, r.finished)
+            if r.complete:
+                self.per_mb[c.config.micro_batch][1] = False
+                self.searched += 1
+                self.say(f"exact with the relaxed bounds, {r.stats.nodes} nodes, {r.seconds:.2f} s", c)
+                c.ub_sps = 0.0                                   # done: its plans are in `found`
+                continue
+            best_k = self.goal()
+            built = c.engine.build_graph(self.pq_max, _thr_q(c, best_k), self.deadline, self.graph_caps)
+            if built == "built":
+                self.bound_by_graph(c, best_k)
+                if c.ub_sps > best_k:
+                    r = c.engine.run(pq_max=self.pq_max, thr_q=_thr_q(c, best_k), beam=beam_width(c),
+                                     deadline=self.deadline)
+                    self.nodes += r.stats.nodes
+                    self.add(c, r.finished)
+                self.say_graph(c)
+            elif built == "deadline":
+                self.stop_at(order[i:], best_k)
+                break
+            else:
+                self.over_caps.add(c.config)
+                self.say(f"key graph too large (over {self.graph_caps.max_level_keys} keys on a level or "
+                         f"{self.graph_caps.max_stage_sims} stage simulations), relaxed bounds only", c)
+            exact_left.append(c)
+        if self.open_bounds:                         # stopped: these are not searched either
+            self.stop_at(exact_left, self.goal())
+            return []
+        # those with a graph first: their searches are short and may raise the incumbent
+        return sorted(exact_left, key=lambda c: (c.engine.graph is None, -c.ub_sps, c.config.micro_batch,
+                                                 c.config.shard_group, c.config.root))
+
+    def exact_searches(self, cfgs: list) -> None:
+        """The exact search of each configuration that may still beat the incumbent. Without a
+        time limit, one left with the merged graph or none first gets the real-key graph once
+        more with NO_LIMIT_CAPS_FACTOR times the caps (the relaxed bounds alone may not end on
+        communication-bound chains; the merged graph prunes memory less)."""
+        for i, c in enumerate(cfgs):
+            best_k = self.goal()
+            if c.ub_sps <= best_k:
+                continue
+            if self.expired():
+                self.stop_at(cfgs[i:], best_k)
+                break
+            merged = c.engine.graph is not None and c.engine.graph.view is not None
+            if self.deadline is None and (c.config in self.over_caps or merged):
+                bigger = self.graph_caps.scaled(NO_LIMIT_CAPS_FACTOR)
+                self.say(f"no time limit: key graph again with caps {bigger.max_level_keys} keys per level, "
+                         f"{bigger.max_stage_sims} stage simulations", c)
+                if c.engine.build_graph(self.pq_max, _thr_q(c, best_k), None, bigger,
+                                        merged_ok=not merged) == "built":
+                    self.over_caps.discard(c.config)
+                    self.bound_by_graph(c, best_k)
+                    self.say_graph(c)
+                    if c.ub_sps <= best_k:
+                        c.ub_sps = 0.0                           # ruled out by its graph
+                        continue
+            self.per_mb[c.config.micro_batch][1] = False
+            r = c.engine.run(pq_max=self.pq_max, thr_q=_thr_q(c, best_k), top_k=self.top_k,
+                             deadline=self.deadline)
+            self.searched += 1
+            self.nodes += r.stats.nodes
+            self.add(c, r.finished)
+            self.say(f"{r.stats.nodes} nodes, {len(r.finished)} plans, {r.seconds:.2f} s", c)
+            if not r.complete:
+                if math.isfinite(r.open_bound_q):
+                    self.open_bounds.append(c.problem.samples / (r.open_bound_q * TIME_Q))
+                self.stop_at(cfgs[i + 1:], self.goal())
+                break
+            c.ub_sps = 0.0                                       # done: its plans are in `found`
+
+    def stop_at(self, cfgs: list, best_k: float) -> None:
+        """The deadline passed: the bounds of these configurations stay open."""
+        self.open_bounds.extend(x.ub_sps for x in cfgs if x.ub_sps > best_k)
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+    # -- progress and the result -----------------------------------------------------------------
+
+    def say(self, msg: str, c: _Cfg | None = None) -> None:
+        where = "" if c is None else f"mb {c.config.micro_batch} sg {c.config.shard_group} root {c.config.root}: "
+        _progress(f"search [{time.perf_counter() - self.t0:.1f} s]: {where}{msg}", self.progress)
+
+    def say_graph(self, c: _Cfg) -> None:
+        kind = "key graph" if c.engine.graph.view is None else "merged key graph"
+        self.say(f"{kind} of {c.engine.graph.size} nodes, bound {c.ub_sps:.4g} samples/s, "
+                 f"best {self.kth_best():.4g}", c)
+
+    def result(self, spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: SearchSpace,
+               cfgs: list, order: list, problems: dict) -> SearchResult:
+        per_mb = self.per_mb
+        for sps, _peak, _o, c, _f, _k in self.found:
+            cur = per_mb[c.config.micro_batch][0]
+            per_mb[c.config.micro_batch][0] = sps if cur is None else max(cur, sps)
+        top = []
+        for _sps, _peak, _o, c, f, _k in self.found[:self.top_k]:
+            plan = c.problem.plan(f.attn, f.mlp, f.ckpt)
+            top.append((plan, estimate(spec, hw, plan)))
+        best = top[0][1].samples_per_s if top else 0.0
+        open_bounds = self.open_bounds
+        timed_out = bool(open_bounds)
+        # what was pruned for the tolerance could beat the k-th best by up to rel_gap (never more
+        # than the bound of the whole space)
+        tolerated = [min(self.kth_best() * (1.0 + self.rel_gap), self.global_ub)] if self.rel_gap and top else []
+        bound = max([best] + open_bounds + tolerated) if top else (max(open_bounds) if open_bounds else 0.0)
+        seconds = time.perf_counter() - self.t0
+        per_micro_batch = [(mb, v[0], v[1] and v[0] is None) for mb, v in sorted(per_mb.items())]
+        open_cfgs = [{"micro_batch": c.config.micro_batch, "shard_group": c.config.shard_group, "root": c.config.root,
+                      "bound_samples_per_s": c.ub_sps,
+                      "reason": "key graph over the caps" if c.config in self.over_caps
+                      else "not finished within the time limit"}
+                     for c in order if timed_out and c.ub_sps > self.goal()]      # (below: within rel_gap)
+        counts = (self.nodes, self.leaves)
+        tail = (per_micro_batch, self.evaluated, None, "time", len(cfgs), self.searched)
+        if top:
+            status = "time_limit" if timed_out else ("optimal" if bound <= best else "within_gap")
+            gap = (bound - best) / best
+            e = top[0][1]
+            head = {"optimal": "optimal", "within_gap": f"within the {self.rel_gap:.2%} gap tolerance",
+                    "time_limit": "best found"}[status]
+            msg = (f"{head}: {best:.4g} samples/s at {e.peak_memory_bytes / 2**30:.2f} GiB peak"
+                   + (f", gap {gap:.2%}" if status != "optimal" else ""))
+            if open_cfgs:
+                msg += "; open: " + _describe_open(open_cfgs)
+            return SearchResult(status, top[0][0], e, top, *counts, bound, gap, seconds, msg, math.nan, *tail,
+                                open_cfgs)
+        if timed_out:
+            return SearchResult("time_limit", None, None, [], *counts, bound, math.inf, seconds,
+                                "time limit reached before any plan that fits was found", math.nan, *tail,
+                                open_cfgs)
+        mp, mp_plan = min_peak(spec, hw, space, cache=problems)
+        msg = (f"no plan fits {mem_limit_bytes / 2**30:.2f} GiB: the least peak memory in this space is "
+               f"{mp / 2**30:.2f} GiB")
+        return SearchResult("infeasible", None, None, [], *counts, 0.0, math.inf, time.perf_counter() - self.t0,
+                            msg, mp, per_micro_batch, self.evaluated, mp_plan, "time", len(cfgs), self.searched)
+
+
+def _thr_q(c: _Cfg, sps: float) -> float:
+    """The iteration time (fixed point) a plan of c must beat to exceed sps samples/s."""
+    return (c.problem.samples / sps / TIME_Q) if sps > 0 else math.inf
 
 
 def _describe_open(open_cfgs: list) -> str:
