@@ -30,7 +30,8 @@ Scope: reduce_every_microbatch=True plans (the search space); anything else rais
 from dataclasses import dataclass
 from functools import cached_property
 
-from osdp_sim.costmodel.lowering import _lower_group, _root_fwd_s, make_unit, root_largest_tensor
+from osdp_sim.costmodel.lowering import (_lower_group, _root_fwd_s, make_unit, optimizer_temp_sums,
+                                         root_largest_tensor)
 from osdp_sim.costmodel.rates import bandwidth_time_s
 from osdp_sim.costmodel.states import compute_bytes
 from osdp_sim.hardware.profile import HardwareProfile
@@ -385,7 +386,7 @@ def mlp_first(mlp: tuple, pend: Pending) -> bool:
     return bool(z) and z[-1].agb > 0 and bool(pend.items)
 
 
-def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0) -> StageOut:
+def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum: bool = False) -> StageOut:
     """Process `steps` (forward order) given the key left by the later steps.
 
     kind: "group" (one group of an unchecked block); "ckpt" (a whole checkpointed block, ck its
@@ -481,7 +482,7 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0) -> Sta
                                               else steps[0].pending)
     return StageOut(key=(new_pend, queue), dt=qt(dt), opt=qt(sum(st.opt for st in steps)),
                     s_n=qm(s_n), o_v=qm(o_v), o_y=qm(o_y), d_y=qm(y), d_v=qm(res_n),
-                    pm=qm(max((st.pm for st in steps), default=0.0)),
+                    pm=qm(sum(st.pm for st in steps)) if pm_sum else qm(max((st.pm for st in steps), default=0.0)),
                     o_m1=qm(o_m1), o_m2=qm(o_m2), g_a=qm(g_a), p_a=qm(p_a))
 
 
@@ -508,12 +509,14 @@ def start_label(head: StepCost, m: int, s: float) -> tuple[tuple, Label]:
     return (head.pending, ()), Label(t, u, qm(res), y, qm(head.pm))
 
 
-def apply(lab: Label, out: StageOut, m: int) -> Label:
-    """Monotone in every component of the label (sums with constants and maxima)."""
+def apply(lab: Label, out: StageOut, m: int, pm_sum: bool = False) -> Label:
+    """Monotone in every component of the label (sums with constants and maxima). pm_sum: the
+    optimizer temporaries of all units are live together (lowering.optimizer_temp_sums)."""
     u = max(lab.u + out.s_n, lab.v + out.o_v, lab.y + out.o_y,
             lab.m1 + out.s_n + out.g_a, lab.m2 + out.s_n + out.p_a)
     return Label(t=lab.t + m * out.dt + out.opt, u=u, v=lab.v + out.d_v, y=lab.y + out.d_y,
-                 pm=max(lab.pm, out.pm), m1=lab.y + out.o_m1, m2=lab.y + out.o_m2)
+                 pm=lab.pm + out.pm if pm_sum else max(lab.pm, out.pm), m1=lab.y + out.o_m1,
+                 m2=lab.y + out.o_m2)
 
 
 def finish(lab: Label) -> tuple[int, int]:
@@ -558,16 +561,17 @@ def fast_estimate(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> FastEstim
     s = hw.overlap_slowdown
     m = plan.grad_accum
     root = root_steps(spec, hw, cfg)
+    pm_sum = optimizer_temp_sums(hw, plan.optimizer)
     key, lab = start_label(root.head, m, s)
     for stages in block_stages(spec, plan, hw, cfg):
         if stages[0][0] == "ckmlp":
             split = mlp_first(stages[0][1], key[0])
             stages = stages[:2] if split else stages[2:]
         for kind, steps, ck in stages:
-            out = stage(key, steps, kind, s, ck)
-            lab, key = apply(lab, out, m), out.key
-    out = stage(key, (root.embed,), "embed", s)
-    lab = apply(lab, out, m)
+            out = stage(key, steps, kind, s, ck, pm_sum)
+            lab, key = apply(lab, out, m, pm_sum), out.key
+    out = stage(key, (root.embed,), "embed", s, pm_sum=pm_sum)
+    lab = apply(lab, out, m, pm_sum)
     t_q, peak_q = finish(lab)
     it_s = t_q * TIME_Q
     return FastEstimate(it_s, total_peak_bytes(peak_q, hw), plan.micro_batch * m * plan.devices / it_s)

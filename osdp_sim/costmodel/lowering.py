@@ -75,6 +75,17 @@ def _scope(n: int, hw: HardwareProfile) -> str:
     return "inter" if n > hw.device.per_node else "intra"
 
 
+def optimizer_temp_sums(hw: HardwareProfile, optimizer: str) -> bool:
+    """Whether the optimizer step's temporaries of all units are live at once. On CUDA tensors
+    torch.optim.AdamW defaults to its foreach implementation (_multi_tensor_adam), which computes
+    sqrt(v) for every local parameter tensor in one call (torch._foreach_sqrt) before using it:
+    one fp32 temporary per parameter, all live together. Measured on one H200 (docs/accuracy-h200x1.md):
+    gpt2-1.5b and llama-7b peak at the optimizer step 4 B per parameter above the states. On CPU
+    AdamW runs its single-tensor loop (one parameter at a time). SGD keeps the one-unit term (not
+    measured on CUDA)."""
+    return hw.device.kind == "cuda" and optimizer == "adamw"
+
+
 def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: HardwareProfile,
               plan: Plan, is_root: bool = False, largest_tensor: float | None = None) -> CommUnit:
     """`largest_tensor`: elements of the unit's largest parameter tensor (default: all of them)."""
@@ -92,6 +103,8 @@ def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: Hardwa
         largest = params if largest_tensor is None else largest_tensor
         opt_temp = 2.0 * 4 * (largest if strategy == "ddp" else largest / n)
     else:
+        # On CUDA (foreach AdamW) sqrt(v) of this unit's local parameters, one fp32 tensor each;
+        # optimizer_temp_sums() says whether the units' temporaries are live at once.
         opt_temp = states.params
     if strategy == "ddp":
         # No communication: the "all-gather" over a shard group of one is a local copy (cast) of
@@ -168,9 +181,10 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
     local_params = sum(u.states.params for u in units) / 4.0          # fp32 elements held locally
     opt_bytes_moved = local_params * {"adamw": 2 * (4 + 4 + 8), "sgd": 2 * (4 + 4 + 4)}[plan.optimizer]
     optimizer_s = bandwidth_time_s(hw, opt_bytes_moved, 12 * len(units))
-    # The optimizer's temporaries: one fp32 tensor the size of the largest local parameter set
-    # (on CPU: two the size of the largest local tensor, make_unit).
-    optimizer_temp = max(u.optimizer_temp_bytes for u in units)
+    # The optimizer's temporaries: every unit's at once under foreach AdamW (CUDA), else the
+    # largest unit's (make_unit; on CPU two fp32 tensors the size of its largest local tensor).
+    temps = [u.optimizer_temp_bytes for u in units]
+    optimizer_temp = sum(temps) if optimizer_temp_sums(hw, plan.optimizer) else max(temps)
     return Lowered(tuple(units), tuple(steps), ckpt_bytes, plan.checkpoint, optimizer_s,
                    optimizer_temp, tokens)
 

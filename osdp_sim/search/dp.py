@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from osdp_sim.costmodel.fast import mlp_first, stage, start_label
+from osdp_sim.costmodel.lowering import optimizer_temp_sums
 from osdp_sim.search.bounds import Bounds
 from osdp_sim.search.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
 from osdp_sim.search.keystore import KeyStore
@@ -86,6 +87,7 @@ class Engine:
         self._sids = [[self.store.steps_id(o.steps) for o in opts] for opts in pb.shapes]
         self._sid_embed = self.store.steps_id((pb.root.embed,))
         self.stage_sims = 0                         # stage() simulations run (memo misses)
+        self.pm_sum = optimizer_temp_sums(pb.hw, pb.cfg.optimizer)   # how labels combine PM
         self.graph: KeyGraph | None = None          # exact time-to-go (keygraph.py), once built
         self.too_large_real: list = []              # (limit, threshold, caps) of abandoned graphs
         self.too_large_merged: list = []
@@ -143,10 +145,10 @@ class Engine:
     # ---- transitions -------------------------------------------------------------------
     def _st(self, key_id: int, sid, steps: tuple, kind: str, ck: float = 0.0):
         """stage() on a key and steps given by ids: (its result, the id of its new key)."""
-        mk = (key_id, sid, kind, self.pb.s, ck)
+        mk = (key_id, sid, kind, self.pb.s, ck, self.pm_sum)
         hit = self.store.stages.get(mk)
         if hit is None:
-            out = stage(self.keys[key_id], steps, kind, self.pb.s, ck)
+            out = stage(self.keys[key_id], steps, kind, self.pb.s, ck, self.pm_sum)
             hit = self.store.stages[mk] = (out, self.intern(out.key))
             self.stage_sims += 1
         return hit
@@ -297,7 +299,7 @@ class Engine:
             if hit is None:
                 nk, d = self._stage(kid, g, code)
                 hit = self.single[tk] = (nk, np.array([d], dtype=np.int64))
-            L = update(L, hit[1], pb.m)
+            L = update(L, hit[1], pb.m, self.pm_sum)
             kid = hit[0]
         return out, (int(L[0, 0]), int(max(L[0, 1], L[0, 3] + L[0, 4])))
 
@@ -389,7 +391,7 @@ class Engine:
         Dl = Dl.reshape(n * kmax, NDELTA)[sel]
         if deadline is not None and time.perf_counter() > deadline:
             raise _Timeout
-        C = update(L[lab_i], Dl, m)
+        C = update(L[lab_i], Dl, m, self.pm_sum)
         CK = nkey.ravel()[sel]
         CP = lab_i
         CC = CODE[inv].ravel()[sel]

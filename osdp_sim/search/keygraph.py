@@ -106,7 +106,7 @@ class KeyGraph:
             sizes = np.array([len(t[0]) for t in tabs])
             D = np.concatenate([t[2] for t in tabs])
             NK = np.concatenate([t[1] for t in tabs])
-            C = update(np.repeat(L, sizes, axis=0), D, pb.m)
+            C = update(np.repeat(L, sizes, axis=0), D, pb.m, engine.pm_sum)
             L, K = _merge_min(C, NK)
             if g + 1 < n:
                 lb, mem_lb = engine.lower_bounds(g + 1, L, K, pq_max)

@@ -17,7 +17,7 @@ class KeyStore:
         self._ids: dict = {}
         self._rows = np.zeros((64, KEY_COLS))          # id -> key_row (bounds.py)
         self._steps_ids: dict = {}
-        self.stages: dict = {}                       # (key id, steps id, kind, s, ck) -> (StageOut, new key id)
+        self.stages: dict = {}                       # (key id, steps id, kind, s, ck, pm_sum) -> (StageOut, new key id)
 
     def intern(self, key: tuple) -> int:
         i = self._ids.get(key)

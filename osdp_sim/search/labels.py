@@ -11,7 +11,7 @@ DT, OPT, S_N, O_V, O_Y, D_Y, D_V, PM, O_M1, O_M2, G_A, P_A = range(NDELTA)    # 
 ZERO = (0, 0, 0, NEG, NEG, 0, 0, 0, NEG, NEG, 0, 0)     # the deltas of a decision only recorded
 
 
-def update(L: np.ndarray, D: np.ndarray, m: int) -> np.ndarray:
+def update(L: np.ndarray, D: np.ndarray, m: int, pm_sum: bool = False) -> np.ndarray:
     """fast.apply on arrays: labels (n, NCOL) and stage deltas (n, NDELTA)."""
     C = np.empty((len(L), NCOL), dtype=np.int64)
     C[:, 0] = L[:, 0] + m * D[:, 0] + D[:, 1]
@@ -19,7 +19,7 @@ def update(L: np.ndarray, D: np.ndarray, m: int) -> np.ndarray:
                                  L[:, 5] + D[:, 2] + D[:, 10], L[:, 6] + D[:, 2] + D[:, 11]])
     C[:, 2] = L[:, 2] + D[:, 6]
     C[:, 3] = L[:, 3] + D[:, 5]
-    C[:, 4] = np.maximum(L[:, 4], D[:, 7])
+    C[:, 4] = L[:, 4] + D[:, 7] if pm_sum else np.maximum(L[:, 4], D[:, 7])
     C[:, 5] = L[:, 3] + D[:, 8]
     C[:, 6] = L[:, 3] + D[:, 9]
     return C

@@ -35,6 +35,7 @@ class MergedView:
     def __init__(self, engine, grid_s: float):
         self.engine, self.grid_s = engine, grid_s
         self.pb, self.positions = engine.pb, engine.positions
+        self.pm_sum = engine.pm_sum       # (its PM column is zeroed: the optimizer temporary is not kept)
         self._merged: dict = {}
         self._tables: dict = {}
 
