@@ -211,8 +211,9 @@ def render(cal: Calibration, *, plot_path: str | Path | None = None, report_path
     # ---- evaluated only
     if cal.eval_runs:
         lines += ["## Evaluated, not fitted", "",
-                  "Runs outside what the profile describes (more ranks than devices, shared cores): "
-                  "predicted with the profile before and after calibration, never used to fit it.", ""]
+                  "Runs given with --evaluate (held-out plans, or runs outside what the profile describes: "
+                  "more ranks than devices, shared cores): predicted with the profile before and after "
+                  "calibration, never used to fit it.", ""]
         rows = []
         for run, b, a in zip(cal.eval_runs, cal.eval_before, cal.eval_after):
             rows.append([run.model_name, str(run.world_size), "yes" if run.oversubscribed else "no", run.label,
