@@ -1,4 +1,5 @@
-"""Argument helpers shared by the commands: resolving model, hardware and plan arguments."""
+"""Shared by the commands and scripts: argument types, resolving model and hardware arguments,
+and run_reporting (a UserError is one line and exit code 2)."""
 
 import argparse
 import sys
@@ -92,15 +93,21 @@ def float_list(text: str) -> tuple[float, ...]:
     return tuple(out)
 
 
-def run_script(main) -> int:
-    """The exit code of main() for the scripts under bench/ and validate/: a UserError is one line
-    on stderr and exit code 2, as with osdp-sim (never a traceback); Ctrl-C is 130."""
-    prog = Path(sys.argv[0]).name
+def run_reporting(fn, prog: str) -> int:
+    """The exit code of fn(): a UserError is one line on stderr naming `prog` and exit code 2
+    (never a traceback), Ctrl-C is 130, a closed output pipe (`| head`) is 0."""
     try:
-        return int(main() or 0)
+        return int(fn() or 0)
     except UserError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return 0
+
+
+def run_script(main) -> int:
+    """run_reporting for the scripts under bench/ and validate/, named as they were started."""
+    return run_reporting(main, Path(sys.argv[0]).name)

@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import sys
 
+from osdp_sim.cli.common import run_reporting
 from osdp_sim.errors import UserError
 
 COMMANDS = {
@@ -61,18 +62,12 @@ def main(argv=None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
-    try:
+    def run() -> int:
         if args.command in NEEDS_TORCH:
             _require_torch(args.command)
-        return int(args._run(args) or 0)
-    except UserError as e:
-        print(f"osdp-sim {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"osdp-sim {args.command}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+        return args._run(args)
+
+    return run_reporting(run, f"osdp-sim {args.command}")
 
 
 if __name__ == "__main__":
