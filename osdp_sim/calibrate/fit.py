@@ -157,7 +157,7 @@ def fit(profile: HardwareProfile, runs, *, loss: str = "soft_l1", params: tuple[
     fitted = {p.name: tidy(p, fitted[p.name]) for p in params}
     return FitResult(profile=with_values(profile, fitted), params=params, prior=prior, fitted=fitted,
                      runs=tuple(runs), before=tuple(pred.predict(values_of(profile, params))),
-                     after=tuple(pred.predict(fitted)), success=success, message="; ".join(messages),
+                     after=tuple(pred.predict(fitted)), success=success, message="; ".join(m.rstrip(".") for m in messages),
                      nfev=nfev, cost=cost, loss=loss, sigma_time_log=sigma_time_log,
                      sigma_memory_log=sigma_memory_log, at_bound=tuple(at_bound))
 
