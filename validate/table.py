@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from osdp_sim.calibrate.runs import plan_label
 from osdp_sim.cli.common import run_script
 from osdp_sim.records import load_records
 
@@ -40,7 +41,7 @@ def rows(folder, profile=None) -> list[str]:
         d = r.data
         t, m = d["measured"]["iteration_time_s"], d["measured"]
         p, e = predict(r, profile) if profile is not None else (d["predicted"] or {}, d["errors"] or {})
-        name = r.plan.notes.get("name", d["run_id"])
+        name = r.plan.notes.get("name") or f"{r.model.name} {plan_label(r.plan)}"
         out.append(
             f"| {name} | {d['settings']['seed']} | {d['status']} "
             f"| {_ms(t['mean'])} ± {_ms(t['std'])} | {_ms(p.get('iteration_time_s'))} "
