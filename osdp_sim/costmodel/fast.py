@@ -480,9 +480,10 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum
         o_y = max(o_y, run(p.b, p.start, p.end, p.items, len(p.items) - 1))
     new_pend = None if kind == "embed" else (steps[0].pending_regathered if kind == "group"
                                               else steps[0].pending)
+    pms = [st.pm for st in steps]
     return StageOut(key=(new_pend, queue), dt=qt(dt), opt=qt(sum(st.opt for st in steps)),
                     s_n=qm(s_n), o_v=qm(o_v), o_y=qm(o_y), d_y=qm(y), d_v=qm(res_n),
-                    pm=qm(sum(st.pm for st in steps)) if pm_sum else qm(max((st.pm for st in steps), default=0.0)),
+                    pm=qm(sum(pms) if pm_sum else max(pms, default=0.0)),
                     o_m1=qm(o_m1), o_m2=qm(o_m2), g_a=qm(g_a), p_a=qm(p_a))
 
 

@@ -261,6 +261,14 @@ class _Search:
         self.found.sort(key=lambda x: (-x[0], x[1], x[2]))
         del self.found[max(self.top_k, 1) * 4:]
 
+    def run(self, c: _Cfg, best_k: float, **kw):
+        """The inner search (dp.Engine.run) of c for plans beating best_k within this run's limit and
+        deadline; its nodes counted and its plans added."""
+        r = c.engine.run(pq_max=self.pq_max, thr_q=_thr_q(c, best_k), deadline=self.deadline, **kw)
+        self.nodes += r.stats.nodes
+        self.add(c, r.finished)
+        return r
+
     def uniform_plans(self, cfgs: list, time_limit_s: float | None) -> None:
         """Every uniform plan (one choice everywhere) of these configurations, within a tenth of
         the time limit."""
@@ -296,10 +304,7 @@ class _Search:
         for c in cfgs:
             if self.expired() or c.ub_sps <= self.goal():
                 continue
-            r = c.engine.run(pq_max=self.pq_max, thr_q=_thr_q(c, self.goal()), beam=beam_width(c),
-                             deadline=self.deadline)
-            self.nodes += r.stats.nodes
-            self.add(c, r.finished)
+            self.run(c, self.goal(), beam=beam_width(c))
 
     # -- bounds ----------------------------------------------------------------------------------
 
@@ -334,10 +339,7 @@ class _Search:
             if self.expired():
                 self.stop_at(order[i:], best_k)
                 break
-            r = c.engine.run(pq_max=self.pq_max, thr_q=_thr_q(c, best_k), top_k=self.top_k,
-                             deadline=self.deadline, max_nodes=PROBE_NODES)
-            self.nodes += r.stats.nodes
-            self.add(c, r.finished)
+            r = self.run(c, best_k, top_k=self.top_k, max_nodes=PROBE_NODES)
             if r.complete:
                 self.per_mb[c.config.micro_batch][1] = False
                 self.searched += 1
@@ -349,10 +351,7 @@ class _Search:
             if built == "built":
                 self.bound_by_graph(c, best_k)
                 if c.ub_sps > best_k:
-                    r = c.engine.run(pq_max=self.pq_max, thr_q=_thr_q(c, best_k), beam=beam_width(c),
-                                     deadline=self.deadline)
-                    self.nodes += r.stats.nodes
-                    self.add(c, r.finished)
+                    self.run(c, best_k, beam=beam_width(c))
                 self.say_graph(c)
             elif built == "deadline":
                 self.stop_at(order[i:], best_k)
@@ -395,11 +394,8 @@ class _Search:
                         c.ub_sps = 0.0                           # ruled out by its graph
                         continue
             self.per_mb[c.config.micro_batch][1] = False
-            r = c.engine.run(pq_max=self.pq_max, thr_q=_thr_q(c, best_k), top_k=self.top_k,
-                             deadline=self.deadline)
+            r = self.run(c, best_k, top_k=self.top_k)
             self.searched += 1
-            self.nodes += r.stats.nodes
-            self.add(c, r.finished)
             self.say(f"{r.stats.nodes} nodes, {len(r.finished)} plans, {r.seconds:.2f} s", c)
             if not r.complete:
                 if math.isfinite(r.open_bound_q):
