@@ -2,6 +2,9 @@
 
     python validate/table.py [validate/records] [--predict PROFILE]
 
+On GPU records two more columns: torch.cuda.max_memory_allocated against MemTracker's peak, and
+max_memory_reserved against max_memory_allocated.
+
 The predictions are those stored in each record (the cost model when the run was made); with
 --predict they are computed again by the current cost model with PROFILE (no run is repeated).
 """
@@ -31,10 +34,13 @@ def predict(record, profile) -> tuple[dict, dict]:
 
 
 def rows(folder, profile=None) -> list[str]:
-    out = ["| plan | seed | status | step time measured (mean ± std) | predicted | error | "
-           "peak memory measured | predicted | error | other work |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
     records = load_records([folder])
+    cuda = any(_cuda(r) for r in records)
+    head = ("| plan | seed | status | step time measured (mean ± std) | predicted | error | "
+            "peak memory measured | predicted | error | other work |")
+    if cuda:        # GPU records: the allocator's own peaks beside MemTracker's live-tensor peak
+        head += " cuda max allocated | cuda max reserved |"
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
     order = {"zero3": 0, "mixed": 1, "ddp": 2}
     records.sort(key=lambda r: (order.get(r.plan.notes.get("name"), 9), r.data["settings"]["seed"]))
     for r in records:
@@ -42,14 +48,30 @@ def rows(folder, profile=None) -> list[str]:
         t, m = d["measured"]["iteration_time_s"], d["measured"]
         p, e = predict(r, profile) if profile is not None else (d["predicted"] or {}, d["errors"] or {})
         name = r.plan.notes.get("name") or f"{r.model.name} {plan_label(r.plan)}"
-        out.append(
-            f"| {name} | {d['settings']['seed']} | {d['status']} "
-            f"| {_ms(t['mean'])} ± {_ms(t['std'])} | {_ms(p.get('iteration_time_s'))} "
-            f"| {_pct(e.get('iteration_time_rel'))} "
-            f"| {_mib(m['peak_memory_bytes'])} | {_mib(p.get('peak_memory_bytes'))} "
-            f"| {_pct(e.get('peak_memory_rel'))} "
-            f"| {_pct0(d['env'].get('other_cpu_fraction'))} |")
+        row = (f"| {name} | {d['settings']['seed']} | {d['status']} "
+               f"| {_ms(t['mean'])} ± {_ms(t['std'])} | {_ms(p.get('iteration_time_s'))} "
+               f"| {_pct(e.get('iteration_time_rel'))} "
+               f"| {_mib(m['peak_memory_bytes'])} | {_mib(p.get('peak_memory_bytes'))} "
+               f"| {_pct(e.get('peak_memory_rel'))} "
+               f"| {_pct0(d['env'].get('other_cpu_fraction'))} |")
+        if cuda:
+            alloc, reserved = _cuda(r) or (None, None)
+            row += f" {_vs(alloc, m['peak_memory_bytes'])} | {_vs(reserved, alloc)} |"
+        out.append(row)
     return out
+
+
+def _cuda(record) -> tuple[float, float] | None:
+    """(max allocated, max reserved) bytes, largest over the ranks, when the run was on CUDA."""
+    ranks = record.data["measured"]["memory"]["per_rank"]
+    alloc = [m["cuda_max_allocated_bytes"] for m in ranks if m.get("cuda_max_allocated_bytes") is not None]
+    reserved = [m["cuda_max_reserved_bytes"] for m in ranks if m.get("cuda_max_reserved_bytes") is not None]
+    return (max(alloc), max(reserved)) if alloc and reserved else None
+
+
+def _vs(v, base) -> str:
+    """v in MiB and relative to base (the column before it)."""
+    return "-" if v is None else f"{_mib(v)} ({_pct(v / base - 1) if base else '-'})"
 
 
 def _ms(v):
