@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from osdp_sim.cli.main import main
 from osdp_sim.model.config import ModelConfig
@@ -101,6 +102,17 @@ def test_nproc_must_match_the_plan(files, capsys):
     err = capsys.readouterr().err
     assert f"{plan}: devices: --nproc 4 but the plan is for 2 devices" in err
     assert "make a plan for 4 devices" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
+def test_cuda_without_a_gpu_is_a_one_line_error_before_any_rank_starts(files, tmp_path, capsys):
+    hw, plan = files
+    out = tmp_path / "r.json"
+    rc = main(["validate", "--plan", str(plan), "--hw", str(hw), "--device", "cuda", "-o", str(out)])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("osdp-sim validate: error: --device: --device cuda, but this torch sees no GPU")
+    assert not out.exists()
 
 
 @pytest.mark.slow
