@@ -6,6 +6,7 @@ import json
 import math
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
@@ -451,3 +452,18 @@ def test_report_keeps_the_hand_written_text_above_the_marker(tmp_path):
     path.write_text("# Accuracy\n\nHow to regenerate.\n\n" + KEEP_MARKER + "\n\nold report\n")
     write_report(path, "# generated 2\n")
     assert path.read_text() == "# Accuracy\n\nHow to regenerate.\n\n" + KEEP_MARKER + "\n\n# generated 2\n"
+
+
+def test_a_cuda_campaign_without_a_gpu_is_a_one_line_error_before_any_run(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("checks a machine without a GPU")
+    text = yaml.safe_load((Path(__file__).resolve().parents[1] / "validate/campaigns/h200x1.yaml").read_text())
+    text["records_dir"], text["hardware"] = str(tmp_path / "records"), "h200x1"
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(text))
+    assert main(["campaign", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"osdp-sim campaign: error: {path}: device: the campaign runs on cuda, "
+                              "but this torch sees no GPU")
+    assert not (tmp_path / "records").exists()

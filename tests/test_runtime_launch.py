@@ -112,6 +112,7 @@ def test_cuda_without_a_gpu_is_a_one_line_error_before_any_rank_starts(files, tm
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("osdp-sim validate: error: --device: --device cuda, but this torch sees no GPU")
+    assert "(--device cpu)" in err[-1]
     assert not out.exists()
 
 

@@ -43,6 +43,11 @@ def run(args) -> int:
             print(f"{i:3d}/{len(jobs)}  {state:8s}  {j.label}, seed {j.seed}  -> {j.record_path}")
         print(f"{len(todo)} of {len(jobs)} to run")
         return 0
+    todo = pending(jobs, retry_failed=args.retry_failed)
+    if c.device == "cuda" and todo:
+        from osdp_sim.runtime.launch import check_gpus
+        check_gpus(max(j.nproc for j in todo), "the campaign runs on cuda", source=args.campaign,
+                   field="device", cpu_fix="a campaign file with device: cpu and a CPU profile")
     try:
         c.records_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:

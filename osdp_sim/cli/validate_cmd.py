@@ -109,7 +109,9 @@ def run(args) -> int:
                         source=args.plan, field="devices")
     device = args.device or hw.device.kind
     if device == "cuda":
-        _check_gpus(plan.devices if not torchrun else int(os.environ.get("LOCAL_WORLD_SIZE", 1)), hw, args)
+        launcher.check_gpus(plan.devices if not torchrun else int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
+                            "--device cuda" if args.device else f"the profile {hw.name!r} describes cuda devices",
+                            field="--device")
     if plan.devices > hw.device.count:
         print(f"osdp-sim validate: note: the profile {hw.name!r} describes {hw.device.count} devices; "
               f"predicting for {plan.devices}", file=sys.stderr)
@@ -235,16 +237,3 @@ def _fmt(v, f):
 def _pct(v):
     return "-" if v is None else f"{v * 100:+.1f}%"
 
-
-def _check_gpus(ranks_here: int, hw, args) -> None:
-    """NCCL needs one GPU per rank on this machine: say so before any rank starts."""
-    import torch
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    how = "--device cuda" if args.device else f"the profile {hw.name!r} describes cuda devices"
-    if have == 0:
-        raise UserError(f"{how}, but this torch sees no GPU; run with --device cpu (gloo), or on a "
-                        "machine with a CUDA build of torch", field="--device")
-    if ranks_here > have:
-        raise UserError(f"{ranks_here} ranks on this machine need {ranks_here} GPUs (one per NCCL rank), "
-                        f"torch sees {have}; use --nproc {have} with a plan for {have} devices, or "
-                        "--device cpu", field="--nproc")

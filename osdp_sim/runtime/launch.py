@@ -96,6 +96,21 @@ def _load_avg() -> float | None:
         return None
 
 
+def check_gpus(ranks_here: int, what: str, cpu_fix: str = "--device cpu", **where) -> None:
+    """NCCL needs one GPU per rank on this machine: a UserError (naming `what` asked for CUDA, and
+    `cpu_fix`, how to run on CPUs instead) before any rank starts, not a rank failing in torch."""
+    import torch
+
+    from osdp_sim.errors import UserError
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have == 0:
+        raise UserError(f"{what}, but this torch sees no GPU; run on a machine with a CUDA build of "
+                        f"torch, or on CPUs with gloo ({cpu_fix})", **where)
+    if ranks_here > have:
+        raise UserError(f"{what}: {ranks_here} ranks on this machine need {ranks_here} GPUs (one per NCCL "
+                        f"rank), torch sees {have}; use a plan for {have} devices, or {cpu_fix}", **where)
+
+
 def machine_cpu_s() -> tuple[float, float] | None:
     """(busy, total) core-seconds the CPUs this process may run on (its affinity) have run since
     boot (Linux /proc/stat; iowait counts as idle); None elsewhere."""
