@@ -2,7 +2,7 @@
 exactly like plain single-process training on the global batch: same loss at every step.
 
 One spawn runs all the 2-rank cases in sequence (spawning costs seconds on 2 cores). Losses must
-also fall, and two deliberately broken applications (the runtime-facts traps) must fail the same
+also fall, and two deliberately broken applications (docs/runtime.md's two traps) must fail the same
 check, so a run that does nothing, or does not synchronise, cannot pass.
 """
 
@@ -88,7 +88,7 @@ CASES = [
     Case("fairscale_sgd", plan(GPT, "zero3", optimizer="sgd"), backend="fairscale", lr=SGD_LR),
     Case("fairscale_llama", plan(LLAMA, "zero3", {"block0.attn": GroupChoice("zero2", 4, 2)}),
          backend="fairscale"),
-    # Negative controls: the two traps in runtime-facts.md.
+    # Negative controls: the two traps of docs/runtime.md (a size-1 mesh per rank; an unwrapped root).
     Case("broken_size1_mesh", plan(GPT, "zero3"), broken="size1_mesh"),
     Case("broken_no_root", plan(GPT, "zero3"), broken="no_root"),
     # User errors, raised on every rank before anything is sharded.

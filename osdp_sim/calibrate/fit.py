@@ -2,7 +2,7 @@
 
 Residuals, all in units of their stated noise so they can be summed:
 - iteration time of each run:  log(predicted / measured) / SIGMA_TIME_LOG  (5%: CPU step times
-  vary 3-12% between runs, runtime-facts.md);
+  vary 2-11% within a run and 1.5-14.5% between runs of one plan, docs/validation.md "Noise");
 - peak memory of each run:     log(predicted / measured) / SIGMA_MEMORY_LOG (1%: the tracked peak
   is deterministic, and a 3% miss must weigh as much as a 3-sigma timing miss);
 - each coefficient's prior:    (u - u_measured) / sigma in params.py's internal coordinates.

@@ -2,7 +2,8 @@
 
 PyTorch FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) keeps fp32 sharded
 parameters (4 B), fp32 sharded gradients (4 B) and the optimizer state in fp32 (AdamW m and v: 8 B;
-SGD momentum: 4 B); the bf16 copies exist only while a unit is gathered (cost-model-facts.md).
+SGD momentum: 4 B); the bf16 copies exist only while a unit is gathered (PyTorch FSDP2
+docs, torch.distributed.fsdp.MixedPrecisionPolicy; [ZeRO] Rajbhandari et al. 2020, section 3).
 Pure fp32 training keeps the same 4 + 4 + 8. So resident bytes per parameter do not depend on the
 precision policy; the transient gathered copies and the communicated bytes do.
 """
