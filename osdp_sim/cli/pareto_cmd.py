@@ -28,6 +28,8 @@ def add_arguments(p) -> None:
                    help="sweep: step at least this much below the previous limit; front points closer "
                         "together than this may be skipped (default 64MiB; 0 visits every front point)")
     p.add_argument("--time-limit", type=float, metavar="S", help="sweep: time limit of each search() call")
+    p.add_argument("--throughput", choices=("samples", "tokens"), default="samples",
+                   help="the plot's y axis: samples/s or tokens/s (samples x sequence length), all devices")
 
 
 def run(args) -> int:
@@ -35,7 +37,7 @@ def run(args) -> int:
     from osdp_sim.search.bnb import pareto_front
     from osdp_sim.search.report import plan_oneline
     from osdp_sim.search.sweep import non_dominated, sweep_front
-    from osdp_sim.viz.pareto import best_under, plot_pareto, write_front_csv
+    from osdp_sim.viz.pareto import Throughput, best_under, plot_pareto, write_front_csv
 
     out = Path(args.output)
     if out.suffix.lower() != ".png":
@@ -69,9 +71,11 @@ def run(args) -> int:
     subtitle = describe_space(space, hw) + "\nfront: " + (
         "one exact pareto_front() pass" if args.method == "front" else
         f"exact search() at descending limits (resolution {args.resolution})")
-    paths = plot_pareto(out, front=res.front, evaluated=res.evaluated, uniform=uniform, limits=limits,
-                        title=title, subtitle=subtitle, device_memory_bytes=hw.device.usable_memory_bytes,
-                        x_max_bytes=max([hi] + limits))
+    axis = Throughput("tokens/s", spec.config.seq_len) if args.throughput == "tokens" else Throughput()
+    figure = plot_pareto(out, front=res.front, evaluated=res.evaluated, uniform=uniform, limits=limits,
+                         title=title, subtitle=subtitle, device_memory_bytes=hw.device.usable_memory_bytes,
+                         x_max_bytes=max([hi] + limits), throughput=axis)
+    paths = figure.paths
     csv_path = write_front_csv(args.csv or out.with_suffix(".csv"), res.front, plan_oneline)
     front = non_dominated(res.front)
     print(f"Pareto front of {spec.name} on {hw.device.count} x {hw.device.name}: {len(front)} plans, "
