@@ -103,6 +103,8 @@ def test_baseline_labels_do_not_overlap_and_every_uniform_strategy_is_named(tmp_
     _, fig = _figure(tmp_path)
     boxes = fig.label_boxes
     assert len(boxes) == 3                       # one name per uniform strategy, on the plot
+    ax0, ay0, ax1, ay1 = fig.axes_box
+    assert all(ax0 <= b[0] and b[2] <= ax1 and ay0 <= b[1] and b[3] <= ay1 for b in boxes)
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
             assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)

@@ -40,6 +40,7 @@ class ParetoFigure:
     y_range: tuple                        # the throughput axis drawn, in the Throughput's unit
     legend: list = field(default_factory=list)        # legend labels, in order
     label_boxes: list = field(default_factory=list)   # (x0, y0, x1, y1) pixels of every text placed on the axes
+    axes_box: tuple = ()                  # (x0, y0, x1, y1) pixels of the plotting area
 
 
 def zero3_share(plan) -> float:
@@ -145,8 +146,11 @@ def plot_pareto(path, *, front: list, evaluated: list, uniform: dict, limits: li
         ax.scatter(xs(pts), ys(pts), marker=marker, s=40, color=colour, edgecolors="white", linewidths=0.6,
                    zorder=5, label=label)
         top = max(pts, key=lambda p: p[1])
+        # Beside the strategy's fastest plan, on the side with room (the right end has the colour bar).
+        right_half = (top[0] / GiB - x_range[0]) > 0.6 * (x_range[1] - x_range[0])
         texts.append(ax.annotate(label.replace(" (FSDP)", ""), (top[0] / GiB, throughput.of(top[1])),
-                                 xytext=(8, -16), textcoords="offset points", ha="left", fontsize=8,
+                                 xytext=(-8 if right_half else 8, -16), textcoords="offset points",
+                                 ha="right" if right_half else "left", fontsize=8,
                                  color=colour, zorder=8,
                                  bbox=dict(boxstyle="round,pad=0.2", fc="white", ec=colour, lw=0.5, alpha=0.9)))
     if device_memory_bytes and device_memory_bytes / GiB < x_range[1]:
@@ -174,9 +178,11 @@ def plot_pareto(path, *, front: list, evaluated: list, uniform: dict, limits: li
     fig.tight_layout()
     fig.canvas.draw()
     boxes = _place_without_overlap(fig, texts)
+    frame = ax.get_window_extent(fig.canvas.get_renderer())
     svg = path.with_suffix(".svg")
     fig.savefig(path, dpi=130)
     fig.savefig(svg)
     plt.close(fig)
     return ParetoFigure(paths=[path, svg], x_range_gib=tuple(x_range), y_range=tuple(y_range),
-                        legend=[t.get_text() for t in legend.get_texts()], label_boxes=boxes)
+                        legend=[t.get_text() for t in legend.get_texts()], label_boxes=boxes,
+                        axes_box=(frame.x0, frame.y0, frame.x1, frame.y1))
