@@ -36,6 +36,7 @@ THROUGHPUT_TOLERANCE = 0.15      # the issue's targets: within 15% on throughput
 ACTIVE_MEMORY_TOLERANCE = 0.05   # within 5% on memory where the source gives peak active
 # Published bounds of the 500 W H100's unknown bf16 peak (hwprofiles/h100x8-96gb-500w.yaml cites them).
 PEAK_BOUNDS_TFLOPS = {"h100x8-96gb-500w": (835.0, 989.0)}
+ADAPTED_FROM = {"h100x8-96gb-500w": "h100x8"}     # shown beside, for the issue's shipped-profile figures
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class PublishedRun:
     hw: str | None
     plan: PlanMapping | None
     notes: tuple[str, ...]
+    held_logits_bytes_per_logit: float = 0.0     # a tensor the source's code keeps, the model does not
+    held_logits_why: str = ""
 
     @property
     def counted(self) -> bool:
@@ -216,6 +219,15 @@ def _plan_mapping(d: dict, where: str) -> PlanMapping:
     return PlanMapping(strategy, mb, checkpoint, last)
 
 
+def _held_logits(d: dict, where: str) -> dict:
+    h = d.get("held_logits")
+    if h is None:
+        return {}
+    return {"held_logits_bytes_per_logit": _number(_need(h, "bytes_per_logit", where), where,
+                                                   "held_logits.bytes_per_logit"),
+            "held_logits_why": _need(h, "why", where, str)}
+
+
 def run_from_dict(d: dict, source: str) -> PublishedRun:
     if not isinstance(d, dict):
         raise UserError("each run must be a mapping", source=source, field="runs")
@@ -230,7 +242,8 @@ def run_from_dict(d: dict, source: str) -> PublishedRun:
         source_ref=_need(src, "ref", where, str), source_quote=_need(src, "quote", where, str),
         setup=dict(d.get("setup") or {}), measured=_measured(d, where),
         model=d.get("model"), hw=d.get("hw"),
-        plan=_plan_mapping(d, where) if "plan" in d else None, notes=tuple(d.get("notes") or ()))
+        plan=_plan_mapping(d, where) if "plan" in d else None, notes=tuple(d.get("notes") or ()),
+        **_held_logits(d, where))
     if run.counted:
         for key in ("model", "hw"):
             _need(d, key, where, str)
@@ -450,22 +463,43 @@ def explain(c: Comparison) -> list[str]:
             f"({signed_pct(c.active_ratio())}); with the profile's fragmentation margin {p.reserved_gib:.1f} vs "
             f"peak reserved {_gib(m.reserved_gib)} ({signed_pct(c.reserved_ratio())}). The model's peak is during "
             f"{p.est.peak_during}: " + ", ".join(f"{k} {v / GiB:.2f}" for k, v in live.items()) + " GiB.")
+        if r.held_logits_bytes_per_logit:
+            held_gib = held_logits_bytes(r) / GiB
+            with_held = p.live_peak_gib + held_gib
+            lines.append(
+                f"  Not in the model: {r.held_logits_why}. That tensor is {r.plan.micro_batch} x "
+                f"{r.setup['seq_len']} tokens x {run_inputs(r)[0].vocab_size:,} vocab x "
+                f"{r.held_logits_bytes_per_logit:g} B = {held_gib:.2f} GiB; the live peak plus it, "
+                f"{with_held:.1f} GiB, is {signed_pct(with_held / m.active_gib)} from the measured peak "
+                "active (an explanation, not added to the prediction).")
     return lines
 
 
+def held_logits_bytes(r: PublishedRun) -> float:
+    cfg = run_inputs(r)[0]
+    return r.plan.micro_batch * r.setup["seq_len"] * cfg.vocab_size * r.held_logits_bytes_per_logit
+
+
 def sensitivity(comps: list[Comparison]) -> list[str]:
-    lines = ["| run | plan | bf16 peak (TFLOP/s) | predicted tokens/s/GPU | ratio to measured |",
-             "|---|---|---:|---:|---|"]
+    lines = ["| run | plan | profile | bf16 peak (TFLOP/s) | memory bandwidth (GB/s) | predicted tokens/s/GPU | "
+             "ratio to measured |", "|---|---|---|---:|---:|---:|---|"]
     for c in comps:
         bounds = PEAK_BOUNDS_TFLOPS.get(c.profile_name)
         if not bounds:
             continue
         cfg, spec, hw = run_inputs(c.run)
         p = c.as_run or c.predictions[0]
-        for peak in (bounds[0], hw.compute.peak_flops["bf16"] / 1e12, bounds[1]):
-            q = predict(spec, cfg, with_peak(hw, peak), c.run.plan, c.run.setup["devices"], p.checkpoint, p.label)
+        variants = [(c.profile_name, with_peak(hw, peak)) for peak in
+                    (bounds[0], hw.compute.peak_flops["bf16"] / 1e12, bounds[1])]
+        if c.profile_name in ADAPTED_FROM:
+            base = ADAPTED_FROM[c.profile_name]
+            variants.append((f"{base} (shipped, not adapted)", load_profile(base).with_devices(hw.device.count)))
+        for name, h in variants:
+            q = predict(spec, cfg, h, c.run.plan, c.run.setup["devices"], p.checkpoint, p.label)
             ratio = q.tokens_per_s_per_gpu / c.run.measured.tokens_per_s_per_gpu
-            lines.append(f"| {c.run.id} | {p.label} | {peak:g} | {q.tokens_per_s_per_gpu:,.0f} | {_ratio(ratio)} |")
+            lines.append(f"| {c.run.id} | {p.label} | {name} | {h.compute.peak_flops['bf16'] / 1e12:g} | "
+                         f"{h.compute.memory_bandwidth_bytes_per_s / 1e9:g} | {q.tokens_per_s_per_gpu:,.0f} | "
+                         f"{_ratio(ratio)} |")
     return lines
 
 
@@ -576,7 +610,8 @@ def render(runs: list[PublishedRun], comps: list[Comparison], runs_path: str) ->
         "### The unknown peak of the 500 W H100",
         "",
         "torchtitan: \"the actual peak TFLOPs number is between SXM and NVL, and we don't know its exact "
-        "value\". The adapted profile takes the midpoint; the predictions at both published ends:",
+        "value\". The adapted profile takes the midpoint; the predictions at both published ends, and with the "
+        "shipped profile it was adapted from (whose predictions issue 16 quotes):",
         "",
         *sensitivity(counted),
         "",
