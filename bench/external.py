@@ -528,7 +528,7 @@ def mapping_notes(comps: list[Comparison]) -> list[str]:
         block_gib = spec.blocks[0].param_count * 2 / GiB
         for n in c.run.notes:
             lines.append(f"- {c.run.id}: {n}.")
-        if "torchtitan" in c.run.source_ref:
+        if "torchtitan" in c.run.source_ref and c.run.setup.get("fsdp") == "FSDP2":
             lines.append(f"- {c.run.id}: torchtitan wraps each block as one FSDP unit; the model's units are "
                          f"the block's attn and mlp groups, so its gathered and prefetched copies at a moment "
                          f"can be up to one block's bf16 parameters ({block_gib:.2f} GiB) smaller.")
