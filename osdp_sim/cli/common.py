@@ -111,3 +111,14 @@ def run_reporting(fn, prog: str) -> int:
 def run_script(main) -> int:
     """run_reporting for the scripts under bench/ and validate/, named as they were started."""
     return run_reporting(main, Path(sys.argv[0]).name)
+
+
+def check_plot_path(path: str, field: str) -> None:
+    """A --plot PNG (an SVG is written beside it): the suffix, and both files writable, before the
+    work that makes the picture."""
+    from osdp_sim.fileio import check_writable
+    p = Path(path)
+    if p.suffix.lower() != ".png":
+        raise UserError(f"expected a .png path, got {path!r} (an SVG is written beside it)", field=field)
+    check_writable(p, field)
+    check_writable(p.with_suffix(".svg"), field)
