@@ -122,3 +122,11 @@ def check_plot_path(path: str, field: str) -> None:
         raise UserError(f"expected a .png path, got {path!r} (an SVG is written beside it)", field=field)
     check_writable(p, field)
     check_writable(p.with_suffix(".svg"), field)
+
+
+def check_seconds(value: float | None, field: str) -> None:
+    """A time limit or timeout: a positive, finite number of seconds (NaN would never expire, 0 or
+    less would stop the work before it starts). A UserError naming the flag otherwise."""
+    import math
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UserError(f"expected a positive, finite number of seconds, got {value:g}", field=field)

@@ -143,7 +143,18 @@ def _tail(path: Path, chars: int = 2000) -> str:
 
 def profile_ranks(cfg: ProfileConfig) -> dict:
     """Start cfg.nproc local ranks, wait for rank 0's merged measurements, leave no process behind.
-    Rank 0's progress goes to this process's stderr; the other ranks' stderr is shown on failure."""
+    Rank 0's progress goes to this process's stderr; the other ranks' stderr is shown on failure.
+    SIGTERM is turned into KeyboardInterrupt meanwhile, so that the ranks are stopped and the
+    temporary folder removed on it too (the default action would leave both behind)."""
+    from osdp_sim.runtime.launch import _install_term_handler, _restore_term_handler
+    prev_term = _install_term_handler()
+    try:
+        return _profile_ranks(cfg)
+    finally:
+        _restore_term_handler(prev_term)
+
+
+def _profile_ranks(cfg: ProfileConfig) -> dict:
     with tempfile.TemporaryDirectory(prefix="osdp-profile-") as tmp:
         tmp_path = Path(tmp)
         cfg_path, out_path = tmp_path / "config.json", tmp_path / "measurements.json"
