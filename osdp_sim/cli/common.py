@@ -101,8 +101,8 @@ def run_reporting(fn, prog: str) -> int:
     except UserError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:       # Ctrl-C, or SIGTERM where a command turns it into this
+        print(f"{prog}: interrupted" + (f" ({e})" if str(e) else ""), file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

@@ -4,14 +4,16 @@ import os
 import shutil
 import sys
 
-from osdp_sim.cli.common import add_model_args, byte_size, positive_int
+from osdp_sim.cli.common import add_model_args, byte_size, check_seconds, positive_int
 from osdp_sim.errors import UserError
+from osdp_sim.fileio import check_writable
 from osdp_sim.units import format_bytes, format_seconds
 
 HELP = "run a plan for real (N ranks, gloo on CPU or NCCL on GPU) and record measured vs predicted"
 
 EXIT_FAILED = 1
 EXIT_OOM = 3
+MAX_SEED = 2**32 - 1         # the ranks' token generators seed with seed * 100003 + rank (64 bits)
 
 
 def add_arguments(p) -> None:
@@ -34,11 +36,14 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", choices=("fsdp2", "fairscale"), default="fsdp2")
     p.add_argument("--warmup", type=_nonneg_int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--iters", type=positive_int, default=10, help="timed steps (default 10)")
-    p.add_argument("--seed", type=_nonneg_int, default=0, help="model init and token seed (default 0)")
+    p.add_argument("--seed", type=_nonneg_int, default=0,
+                   help=f"model init and token seed, 0 to {MAX_SEED} (default 0)")
     p.add_argument("--threads", type=positive_int,
                    help="torch threads per rank (default: cores // ranks, at least 1)")
     p.add_argument("--timeout", type=float, default=300.0,
-                   help="seconds before every rank is stopped and the run counts as timeout (default 300)")
+                   help="time limit of the whole command in seconds, from its start (loading, prediction, "
+                        "the ranks' start-up and steps): past it every rank is stopped and the run is "
+                        "recorded as timeout (default 300)")
     p.add_argument("--mem-cap", type=byte_size,
                    help="per-rank memory cap (e.g. 200MiB): on CPU the run is 'oom' when the tracked "
                         "peak exceeds it; on GPU it is enforced with set_per_process_memory_fraction")
@@ -94,11 +99,27 @@ def predict(plan, hw) -> dict | None:
     return predicted_from_estimate(estimate(build_spec(plan.model), hw, plan))
 
 
+def check_args(args) -> None:
+    """What can be told from the flags alone, before any file is read or rank started."""
+    check_seconds(args.timeout, "--timeout")
+    if args.seed > MAX_SEED:
+        raise UserError(f"expected at most {MAX_SEED}, got {args.seed}", field="--seed")
+    if args.output:
+        check_writable(args.output, "-o")
+    else:
+        check_writable(args.records_dir, "--records-dir", folder=True)
+    if args.run_dir:
+        check_writable(args.run_dir, "--run-dir", folder=True)
+
+
 def run(args) -> int:
+    import time
     from osdp_sim.hardware.load import load_profile, resolve_profile_path
     from osdp_sim.plan import plan_to_dict
     from osdp_sim.runtime import launch as launcher
 
+    started_s = time.monotonic()                     # --timeout covers the whole command
+    check_args(args)
     torchrun = launcher.under_torchrun()
     world = int(os.environ["WORLD_SIZE"]) if torchrun else None
     hw = load_profile(args.hw)
@@ -133,7 +154,8 @@ def run(args) -> int:
         if outcome is None:
             return 0                                   # not rank 0: rank 0 writes the record
     else:
-        outcome = launcher.launch(spec, plan.devices, timeout_s=args.timeout, run_dir=args.run_dir)
+        outcome = launcher.launch(spec, plan.devices, timeout_s=args.timeout, run_dir=args.run_dir,
+                                  started_s=started_s)
 
     if torchrun and outcome.status == "failed" and _cause_already_recorded(args, outcome, plan, spec):
         sys.stderr.flush()

@@ -180,10 +180,18 @@ def _env_defaults(device_kind: str, backend: str) -> dict:
 
 # ---------------------------------------------------------------- launching
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during launch(): every rank is gone; the message says where the run's
+    folder (rank logs, partial results) was left."""
+
+
 def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grace_s: float = GRACE_S,
-           run_dir: str | None = None, echo=sys.stderr, extra_env: dict | None = None) -> RunOutcome:
+           run_dir: str | None = None, echo=sys.stderr, extra_env: dict | None = None,
+           started_s: float | None = None) -> RunOutcome:
     """Run `spec` (see worker.run_rank) on `nproc` local ranks; always returns an outcome, with
-    every rank process (and its children) gone."""
+    every rank process (and its children) gone, or raises RunInterrupted on Ctrl-C / SIGTERM.
+    `started_s` (time.monotonic()): when the command began, if the timeout covers work before the
+    launch too (the default: from here)."""
     run_id = spec.get("run_id") or new_run_id()
     run_dir = Path(run_dir or tempfile.mkdtemp(prefix=f"osdp-sim-run-{run_id}-"))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -219,7 +227,10 @@ def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grac
                                  stdin=subprocess.DEVNULL, start_new_session=True)
             procs.append(p)
             _LIVE[p.pid] = p
-        status, failure = _monitor(procs, run_dir, timeout_s, echo)
+        status, failure = _monitor(procs, run_dir, timeout_s, echo,
+                                   t_start if started_s is None else started_s)
+    except KeyboardInterrupt as e:
+        raise RunInterrupted(f"{str(e) or 'Ctrl-C'}; every rank was stopped; rank logs kept in {run_dir}") from None
     finally:
         _terminate(procs, grace_s)
         for log in logs:
@@ -239,12 +250,11 @@ def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grac
                       wall_s=time.monotonic() - t_start)
 
 
-def _monitor(procs, run_dir: Path, timeout_s: float, echo) -> tuple[str, dict | None]:
+def _monitor(procs, run_dir: Path, timeout_s: float, echo, t_start: float) -> tuple[str, dict | None]:
     offsets = [0] * len(procs)
     done_ok = set()
     all_ok_at = None
-    t_start = time.monotonic()
-    pace = [Pace(t_start) for _ in procs]
+    pace = [Pace(time.monotonic()) for _ in procs]
     while True:
         _pump(procs, run_dir, offsets, echo, pace)
         failed = _newly_failed(procs, run_dir, done_ok)
