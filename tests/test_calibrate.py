@@ -467,3 +467,45 @@ def test_a_cuda_campaign_without_a_gpu_is_a_one_line_error_before_any_run(tmp_pa
     assert err[-1].startswith(f"osdp-sim campaign: error: {path}: device: the campaign runs on cuda, "
                               "but this torch sees no GPU")
     assert not (tmp_path / "records").exists()
+
+
+# ---------------------------------------------------------------- time limit and output paths
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_calibrate_time_limit_keeps_the_best_fit_so_far(tmp_path, capsys):
+    # the committed CPU records take minutes with leave-one-out; 1 s must end about then, with a
+    # profile and report that say what was cut short
+    import time
+    out, report = tmp_path / "cal.yaml", tmp_path / "cal.md"
+    t0 = time.monotonic()
+    rc = main(["calibrate", "--hw", "cpu-2core", "--records", str(REPO / "validate/records/cpu/n2"),
+               "-o", str(out), "--report", str(report), "--time-limit", "1"])
+    took = time.monotonic() - t0
+    assert rc == 4 and took < 1 + 15, took
+    err = capsys.readouterr().err
+    assert "stopped by --time-limit 1: fit: time limit reached during start 1 of 8" in err
+    assert "leave-one-out: not run" in err
+    hw = load_profile(out)
+    block = hw.provenance["calibration"]
+    assert block["leave_one_out"] == "not run" and len(block["stopped_by_time_limit"]) == 2
+    # the coefficients kept are the best evaluated: better than the profile as measured
+    errs = block["errors"]["iteration_time"]
+    assert errs["after"]["mape"] < errs["before"]["mape"]
+    assert "**Stopped by the time limit**: fit: time limit reached" in report.read_text()
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--time-limit", "0"], "--time-limit: expected a positive, finite number of seconds"),
+    (["--time-limit", "nan"], "--time-limit: expected a positive, finite number of seconds"),
+    (["-o", "{d}"], "{d}: -o: is a folder"),
+    (["--plot", "/proc/p.png"], "/proc/p.png: --plot: cannot write a file in /proc"),
+    (["--report", "/proc/r.md"], "/proc/r.md: --report: cannot write a file in /proc"),
+])
+def test_calibrate_bad_flags_are_errors_before_the_fit(tmp_path, capsys, extra, needle):
+    argv = ["calibrate", "--hw", "cpu-2core", "--records", str(REPO / "validate/records/cpu/n2"),
+            "-o", str(tmp_path / "o.yaml")] + [a.format(d=tmp_path) for a in extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle.format(d=tmp_path) in err and "\n" not in err and "fitting" not in err

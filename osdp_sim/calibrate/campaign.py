@@ -581,7 +581,7 @@ def cpu_busy_fraction(sample_s: float = 2.0) -> float | None:
     after = machine_cpu_s()
     if before is None or after is None or after[1] <= before[1]:
         return None
-    return (after[0] - before[0]) / (after[1] - before[1])
+    return min(1.0, (after[0] - before[0]) / (after[1] - before[1]))    # float sums reach 1 + 1e-12
 
 
 def wait_until_idle(max_busy: float, *, log="stderr", poll_s: float = 10.0, sample_s: float = 2.0) -> float:
