@@ -57,16 +57,21 @@ def check_writable(path: str | os.PathLike, field: str | None = None, *, folder:
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        why = f"{_first_file(target)} is a file" if _first_file(target) else e.strerror
+        file = _first_file(target)
+        why = (f"{file} is a file" if file else _SPECIAL if e.errno == errno.ENOENT else e.strerror)
         raise UserError(f"cannot create {'it' if folder else 'its folder'} ({why})", **where) from None
     try:
         fd, tmp = tempfile.mkstemp(prefix=".osdp-sim-", suffix=".check", dir=target)
     except OSError as e:
-        why = ("a special filesystem that holds no files" if e.errno == errno.ENOENT else e.strerror)
+        why = _SPECIAL if e.errno == errno.ENOENT else e.strerror
         raise UserError(f"cannot write a file in {target} ({why}); give a path in a writable folder",
                         **where) from None
     os.close(fd)
     os.unlink(tmp)
+
+
+# ENOENT for a folder that exists (or whose parent does): /proc, /sys and the like
+_SPECIAL = "a special filesystem that holds no files"
 
 
 def _first_file(folder: Path) -> Path | None:

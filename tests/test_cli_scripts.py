@@ -22,6 +22,11 @@ CASES = [
     ("validate/table.py", ["validate/records/table", "--predict", "nosuch"], "no hardware profile"),
     ("validate/make_plans.py", ["--model", "nosuch"], "unknown model"),
     ("validate/run_table.py", ["--plans", "nosuch"], "plan file not found"),
+    ("validate/make_plans.py", ["--out", "/proc/plans"], "/proc/plans: --out: cannot create it (a special filesystem that holds no files)"),
+    ("validate/run_table.py", ["--out", "/proc/table"], "/proc/table: --out: cannot create it (a special filesystem that holds no files)"),
+    ("validate/run_table.py", ["--seeds", "0,x"], "--seeds: expected comma-separated whole numbers"),
+    ("validate/run_table.py", ["--max-other", "nan"], "--max-other: expected a fraction 0-1"),
+    ("bench/estimate_scaling.py", ["--layers", "0"], "expected a positive whole number"),
 ]
 
 
