@@ -247,6 +247,10 @@ def test_the_timeout_counts_from_the_command_start(tmp_path):
     (["-o", "{d}"], "{d}: -o: is a folder"),
     (["--records-dir", "{d}/plan.json"], "{d}/plan.json: --records-dir: exists and is not a folder"),
     (["--run-dir", "/proc/run"], "/proc/run: --run-dir: cannot"),
+    (["--model", "gpt2-1.5b"], "--model: conflicts with --plan"),      # were ignored: the plan ran
+    (["--micro-batch", "64"], "--micro-batch: conflicts with --plan"),
+    (["--precision", "bf16"], "--precision: conflicts with --plan"),
+    (["--checkpoint"], "--checkpoint: conflicts with --plan"),
 ])
 def test_bad_flags_are_errors_before_any_rank_starts(files, tmp_path, capsys, extra, needle):
     # each used to start the ranks first (a "timeout" blaming a collective, a traceback at the end)

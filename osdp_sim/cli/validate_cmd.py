@@ -25,9 +25,9 @@ def add_arguments(p) -> None:
                    help="hardware profile for the prediction: a YAML path or a shipped name")
     add_model_args(p, required=False)
     p.add_argument("--micro-batch", type=positive_int, help="micro-batch per rank (with --strategy)")
-    p.add_argument("--grad-accum", type=positive_int, default=1, help="with --strategy")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16", help="with --strategy")
-    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw", help="with --strategy")
+    p.add_argument("--grad-accum", type=positive_int, help="with --strategy (default 1)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), help="with --strategy (default bf16)")
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), help="with --strategy (default adamw)")
     p.add_argument("--checkpoint", action="store_true", help="with --strategy: checkpoint every block")
     p.add_argument("--nproc", type=positive_int,
                    help="ranks to start (default and required: the plan's device count)")
@@ -79,8 +79,9 @@ def _plan(args, hw, nproc_default: int):
         cfg = load_model_config(args.model, seq_len=args.seq_len)
         plan = uniform_plan(cfg, args.strategy, devices=args.nproc or nproc_default,
                             micro_batch=args.micro_batch, checkpoint=args.checkpoint,
-                            grad_accum=args.grad_accum, precision=args.precision,
-                            optimizer=args.optimizer, notes={"made_by": "osdp-sim validate --strategy"})
+                            grad_accum=args.grad_accum or 1, precision=args.precision or "bf16",
+                            optimizer=args.optimizer or "adamw",
+                            notes={"made_by": "osdp-sim validate --strategy"})
     nproc = args.nproc or plan.devices
     if nproc != plan.devices:
         raise UserError(f"--nproc {nproc} but the plan is for {plan.devices} devices; run with --nproc "
@@ -99,8 +100,19 @@ def predict(plan, hw) -> dict | None:
     return predicted_from_estimate(estimate(build_spec(plan.model), hw, plan))
 
 
+# Flags that shape a uniform plan; a plan file fixes all of them (and would silently win).
+_UNIFORM_FLAGS = (("model", "--model"), ("seq_len", "--seq-len"), ("micro_batch", "--micro-batch"),
+                  ("grad_accum", "--grad-accum"), ("precision", "--precision"), ("optimizer", "--optimizer"),
+                  ("checkpoint", "--checkpoint"))
+
+
 def check_args(args) -> None:
     """What can be told from the flags alone, before any file is read or rank started."""
+    if args.plan:
+        for attr, flag in _UNIFORM_FLAGS:
+            if getattr(args, attr) not in (None, False):
+                raise UserError(f"conflicts with --plan: the plan file fixes it; drop {flag} (or run a "
+                                "uniform plan with --strategy instead of --plan)", field=flag)
     check_seconds(args.timeout, "--timeout")
     if args.seed > MAX_SEED:
         raise UserError(f"expected at most {MAX_SEED}, got {args.seed}", field="--seed")
