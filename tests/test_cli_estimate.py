@@ -55,7 +55,10 @@ def test_fewer_gpus_and_units_in_sizes(capsys):
     (["--model", "gpt9", "--strategy", "zero3", "--micro-batch", "4"], "unknown model"),
     (["--model", "gpt2-1.5b", "--strategy", "zero3"], "--micro-batch"),
     (["--model", "gpt2-1.5b", "--strategy", "zero3", "--micro-batch", "4", "--gpus", "64"], "--gpus"),
-    (["--model", "gpt2-1.5b", "--strategy", "zero3", "--micro-batch", "4", "--shard-group", "3"], "--shard-group"),
+    (["--model", "gpt2-1.5b", "--strategy", "zero3", "--micro-batch", "4", "--shard-group", "3"],
+     "--shard-group: 3 must divide the device count 8"),
+    (["--model", "gpt2-1.5b", "--strategy", "ddp", "--micro-batch", "4", "--shard-group", "4"],
+     "--shard-group: has no effect with --strategy ddp"),                 # was ignored
 ])
 def test_user_errors_are_one_line_exit_2(capsys, args, needle):
     assert main(["estimate", "--hw", TITAN] + args) == 2

@@ -280,6 +280,10 @@ def test_bad_options_are_one_line_errors(tmp_path, capsys):
     assert "--max-message-bytes: must be at least 4KiB" in capsys.readouterr().err
     assert main(["profile-hw", "--max-message-bytes", "1000000GiB", "-o", out]) == 2
     assert "--max-message-bytes: 2 ranks x 2 x" in capsys.readouterr().err
+    assert main(["profile-hw", "--nproc", "100000", "-o", out]) == 2
+    assert "--nproc: 100000 CPU ranks need at least" in capsys.readouterr().err
+    assert main(["profile-hw", "--nominal-bandwidth-gbps", "inf", "-o", out]) == 2
+    assert "--nominal-bandwidth-gbps: must be a positive, finite number" in capsys.readouterr().err
     for bad in ("0", "-5", "nan", "inf"):           # nan never expired, 0 started and timed out
         assert main(["profile-hw", "--timeout", bad, "-o", out]) == 2
         assert "--timeout: expected a positive, finite number of seconds" in capsys.readouterr().err

@@ -263,6 +263,14 @@ def test_bad_flags_are_errors_before_any_rank_starts(files, tmp_path, capsys, ex
     assert needle.format(d=tmp_path) in err and "\n" not in err
 
 
+def test_more_cpu_ranks_than_memory_holds_is_an_error_before_any_starts(files, capsys):
+    hw, _ = files
+    assert main(["validate", "--hw", str(hw), "--strategy", "zero3", "--model", "gpt2-tiny",
+                 "--micro-batch", "1", "--nproc", "100000"]) == 2      # was: 100000 processes started
+    err = capsys.readouterr().err.strip()
+    assert "--nproc: 100000 CPU ranks need at least" in err and "\n" not in err
+
+
 def test_stalled_means_far_past_the_usual_gap():
     from osdp_sim.runtime.launch import STALL_MIN_S, stalled_for
     assert not stalled_for(STALL_MIN_S - 1, 0.1)       # short steps: a few seconds of quiet is fine

@@ -69,7 +69,10 @@ def _plan(args, hw):
     devices = hw.device.count
     shard = args.shard_group or devices
     if devices % shard:
-        raise UserError(f"--shard-group {shard} must divide the device count {devices}", field="--shard-group")
+        raise UserError(f"{shard} must divide the device count {devices}", field="--shard-group")
+    if args.shard_group and args.strategy == "ddp":
+        raise UserError("has no effect with --strategy ddp (nothing is sharded); drop it or use zero2/zero3",
+                        field="--shard-group")
     plan = uniform_plan(cfg, args.strategy, devices=devices, micro_batch=args.micro_batch,
                         checkpoint=args.checkpoint, grad_accum=args.grad_accum or 1,
                         precision=args.precision or "bf16", optimizer=args.optimizer or "adamw",

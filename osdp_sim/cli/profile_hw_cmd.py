@@ -121,6 +121,9 @@ def _config(args):
     nproc = args.nproc if args.nproc is not None else _default_nproc(args.device)
     if nproc < 2 and not _under_torchrun():
         raise UserError(f"collectives need at least 2 ranks, got {nproc}", field="--nproc")
+    if args.device == "cpu" and not _under_torchrun():
+        from osdp_sim.runtime.launch import check_cpu_ranks
+        check_cpu_ranks(nproc, field="--nproc")
     if args.device == "cuda" and not _under_torchrun() and nproc > _cuda_count():
         raise UserError(f"{nproc} ranks but only {_cuda_count()} GPUs visible (one per NCCL rank)",
                         field="--nproc")
@@ -128,15 +131,16 @@ def _config(args):
                               field="--max-message-bytes")
     if max_message < 4096:
         raise UserError(f"must be at least 4KiB, got {format_bytes(max_message)}", field="--max-message-bytes")
-    ram = _physical_memory_bytes()
+    from osdp_sim.runtime.launch import physical_memory_bytes
+    ram = physical_memory_bytes()
     if args.device == "cpu" and ram and 2 * max_message * nproc > ram:
         # every CPU rank holds a full-size input or output buffer (plus its shard) at the largest size
         raise UserError(f"{nproc} ranks x 2 x {format_bytes(max_message)} of buffers exceed this machine's "
                         f"{format_bytes(ram)} of memory; give a smaller size", field="--max-message-bytes")
     check_seconds(args.timeout, "--timeout")
     bw = args.nominal_bandwidth_gbps
-    if bw is not None and not bw > 0:
-        raise UserError(f"must be positive, got {bw}", field="--nominal-bandwidth-gbps")
+    if bw is not None and not 0 < bw < float("inf"):
+        raise UserError(f"must be a positive, finite number, got {bw}", field="--nominal-bandwidth-gbps")
     name = args.name or os.path.splitext(os.path.basename(args.output))[0] or "measured"
     cfg = ProfileConfig(device=args.device, nproc=nproc, dtypes=dtypes, quick=args.quick, tiny=args.tiny,
                         max_message_bytes=max_message, timeout_s=args.timeout,
@@ -161,13 +165,6 @@ def _peaks(text: str | None, dtypes: tuple[str, ...]) -> dict:
         if not out[key] > 0 or out[key] == float("inf"):
             raise UserError(f"peak must be a positive number, got {item!r}", field="--peak-tflops")
     return out
-
-
-def _physical_memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def _under_torchrun() -> bool:

@@ -145,6 +145,9 @@ def run(args) -> int:
         launcher.check_gpus(plan.devices if not torchrun else int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
                             "--device cuda" if args.device else f"the profile {hw.name!r} describes cuda devices",
                             field="--device")
+    if device == "cpu" and not torchrun:
+        launcher.check_cpu_ranks(plan.devices, source=args.plan,
+                                 field="devices" if args.plan else "--nproc")
     if plan.devices > hw.device.count:
         print(f"osdp-sim validate: note: the profile {hw.name!r} describes {hw.device.count} devices; "
               f"predicting for {plan.devices}", file=sys.stderr)

@@ -111,6 +111,30 @@ def check_gpus(ranks_here: int, what: str, cpu_fix: str = "--device cpu", **wher
                         f"rank), torch sees {have}; use a plan for {have} devices, or {cpu_fix}", **where)
 
 
+# Resident memory of one idle rank: `python -c "import torch, torch.distributed"` peaks at 218 MiB
+# (torch 2.13 CPU, ru_maxrss), before any model.
+RANK_BASE_RSS_BYTES = 218 * 2**20
+
+
+def physical_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_cpu_ranks(nproc: int, **where) -> None:
+    """CPU ranks are processes on this machine: a count whose bare torch processes alone exceed
+    its memory would exhaust it before the first step; a UserError before any is started."""
+    from osdp_sim.errors import UserError
+    ram = physical_memory_bytes()
+    if ram and nproc * RANK_BASE_RSS_BYTES > ram:
+        most = ram // RANK_BASE_RSS_BYTES
+        raise UserError(f"{nproc} CPU ranks need at least {nproc * RANK_BASE_RSS_BYTES / 2**30:.1f} GiB "
+                        f"(about {RANK_BASE_RSS_BYTES >> 20} MiB each for torch alone), this machine has "
+                        f"{ram / 2**30:.1f} GiB; at most {most} ranks", **where)
+
+
 def machine_cpu_s() -> tuple[float, float] | None:
     """(busy, total) core-seconds the CPUs this process may run on (its affinity) have run since
     boot (Linux /proc/stat; iowait counts as idle); None elsewhere."""
