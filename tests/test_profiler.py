@@ -234,9 +234,15 @@ def _child_pids() -> list[int]:
 
 @pytest.mark.slow
 def test_timeout_stops_every_rank():
+    import time
     with pytest.raises(ProfilingFailed, match="timed out"):
         profile_ranks(ProfileConfig(nproc=2, tiny=True, timeout_s=0.3))
     assert _child_pids() == []
+    # the timeout counts from the command's start (started_s), not from the ranks' launch
+    t0 = time.monotonic()
+    with pytest.raises(ProfilingFailed, match="timed out after 30 s"):
+        profile_ranks(ProfileConfig(nproc=2, tiny=True, timeout_s=30), started_s=t0 - 29.7)
+    assert time.monotonic() - t0 < 5 and _child_pids() == []
 
 
 @pytest.mark.slow

@@ -49,6 +49,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    started_s = time.monotonic()                 # --timeout bounds the whole command
     cfg, name = _config(args)
     check_writable(args.output, "-o")         # before minutes of measuring, not after
     torchrun = _under_torchrun()
@@ -65,7 +66,7 @@ def run(args) -> int:
     from osdp_sim.profiler.run import ProfilingFailed, finish_rank, measure_rank, profile_ranks
     if not torchrun:
         try:
-            merged = profile_ranks(cfg)
+            merged = profile_ranks(cfg, started_s=started_s)
         except ProfilingFailed as e:
             raise UserError(f"profiling failed: {e}") from None
         _write(args, cfg, name, merged, command, date, time.perf_counter() - start_s, load_before)
