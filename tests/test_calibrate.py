@@ -546,13 +546,22 @@ def test_a_run_going_on_at_the_campaign_limit_is_stopped_unrecorded(tmp_path, mo
     from osdp_sim.calibrate import campaign
     c = campaign_from_dict(_campaign(tmp_path), "c.yaml")
     job = plan_jobs(c)[0]
-    # validate stand-in that never ends: the campaign's deadline, not its timeout_s, must end it
-    monkeypatch.setattr(campaign, "validate_command",
-                        lambda *a: [sys.executable, "-c", "import time; time.sleep(60)"])
+    # validate stand-in that never ends: the campaign's deadline, not its timeout_s, must end it;
+    # on SIGTERM it says where it kept its rank logs, as validate does
+    stand_in = ("import signal, sys, time\n"
+                "def stop(*a):\n"
+                "    print('osdp-sim validate: interrupted (signal 15; rank logs kept in /tmp/R)', flush=True)\n"
+                "    sys.exit(130)\n"
+                "signal.signal(signal.SIGTERM, stop)\n"
+                "time.sleep(60)\n")
+    monkeypatch.setattr(campaign, "validate_command", lambda *a: [sys.executable, "-c", stand_in])
+    import io
+    log = io.StringIO()
     t0 = time.monotonic()
-    assert campaign.validate_runner(c, job, log=None, deadline_s=t0 + 1.0) == campaign.STOPPED
+    assert campaign.validate_runner(c, job, log=log, deadline_s=t0 + 1.5) == campaign.STOPPED
     assert time.monotonic() - t0 < 10
     assert not job.record_path.exists()                      # no failed record: it runs on resume
+    assert "rank logs kept in /tmp/R" in log.getvalue()      # its output was a temporary file
     assert campaign.validate_runner(c, job, log=None, deadline_s=t0) == campaign.STOPPED
 
 

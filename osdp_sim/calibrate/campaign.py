@@ -472,11 +472,16 @@ def validate_runner(c: Campaign, job: Job, *, log="stderr", nice: int | None = N
         save_plan(job.plan, plan_file)
         cmd = validate_command(c, job, plan_file, threads)
         logfile = Path(tmp) / "validate.log"
-        with open(logfile, "wb") as out:
-            rc = _run_validate(cmd, out, budget_s, nice)
+        try:
+            with open(logfile, "wb") as out:
+                rc = _run_validate(cmd, out, budget_s, nice)
+        except KeyboardInterrupt:
+            _echo_kept_folder(logfile.read_text(errors="replace"), log)   # the log goes with tmp
+            raise
         text = logfile.read_text(errors="replace")
     status = recorded_status(job.record_path)
     if status is None and rc is None and stopped_by_deadline:
+        _echo_kept_folder(text, log)
         return STOPPED
     if status is None:
         tail = "\n".join(text.splitlines()[-40:])
@@ -487,6 +492,14 @@ def validate_runner(c: Campaign, job: Job, *, log="stderr", nice: int | None = N
         for l in lines:
             print(f"    | {l}", file=log)
     return status
+
+
+def _echo_kept_folder(validate_output: str, log) -> None:
+    """A validate stopped by Ctrl-C, SIGTERM or the campaign's limit says where it left its run
+    folder (rank logs); its output is in a temporary file, so repeat that line."""
+    for line in validate_output.splitlines():
+        if "rank logs kept in" in line and log:
+            print(f"    | {line}", file=log, flush=True)
 
 
 def _run_validate(cmd: list[str], out, timeout_s: float, nice: int | None) -> int | None:
