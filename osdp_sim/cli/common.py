@@ -65,12 +65,14 @@ def percent(text: str) -> float:
 
 
 def positive_float(text: str) -> float:
+    """A positive, finite number (inf would make a time limit or a size unbounded)."""
+    import math
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not v > 0.0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    if not (v > 0.0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number, got {text!r}")
     return v
 
 
