@@ -114,6 +114,10 @@ def check_args(args) -> None:
                 raise UserError(f"conflicts with --plan: the plan file fixes it; drop {flag} (or run a "
                                 "uniform plan with --strategy instead of --plan)", field=flag)
     check_seconds(args.timeout, "--timeout")
+    if args.threads and args.threads > _cores():
+        # more threads in one rank than cores only oversubscribes; 100000 failed in torch's setup
+        raise UserError(f"expected at most {_cores()} (the cores this process may use), got {args.threads}",
+                        field="--threads")
     if args.seed > MAX_SEED:
         raise UserError(f"expected at most {MAX_SEED}, got {args.seed}", field="--seed")
     if args.output:
@@ -122,6 +126,11 @@ def check_args(args) -> None:
         check_writable(args.records_dir, "--records-dir", folder=True)
     if args.run_dir:
         check_writable(args.run_dir, "--run-dir", folder=True)
+
+
+def _cores() -> int:
+    from osdp_sim.runtime.launch import available_cores
+    return available_cores()
 
 
 def run(args) -> int:
