@@ -1,5 +1,6 @@
 """File helpers shared by every stage: atomic writes and JSON reads with one-line errors."""
 
+import errno
 import json
 import os
 import tempfile
@@ -32,17 +33,53 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         raise
 
 
-def check_writable(path: str | os.PathLike, field: str | None = None) -> None:
-    """Make the folder of `path` and check it can be written, before long work that ends in a
-    write: a UserError now rather than a lost result later."""
-    folder = Path(path).parent
+def check_writable(path: str | os.PathLike, field: str | None = None, *, folder: bool = False) -> None:
+    """Before long work that ends in writing `path` (or, with folder=True, files inside the folder
+    `path`): a UserError now rather than a lost result later.
+
+    Every command's output flags use this, with one policy: a missing folder is created (as the
+    write would). A file path must not be a folder or an existing non-file (a device such as
+    /dev/null would be replaced by the atomic rename), and a file must really be creatable in the
+    folder: a temporary file is made and removed there, since os.access says yes for root on /proc
+    or a read-only mount."""
+    path = Path(path)
+    where = {"source": str(path), "field": field}
+    if folder:
+        if path.exists() and not path.is_dir():
+            raise UserError("exists and is not a folder; give a folder", **where)
+        target = path
+    else:
+        if path.is_dir():
+            raise UserError("is a folder; give a file path (e.g. a name inside it)", **where)
+        if path.exists() and not path.is_file():
+            raise UserError("exists and is not a regular file; give a file path", **where)
+        target = path.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        target.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        why = f"{folder} is a file" if folder.is_file() else e.strerror
-        raise UserError(f"cannot create its folder ({why})", source=str(path), field=field) from None
-    if not os.access(folder, os.W_OK):
-        raise UserError("its folder is not writable", source=str(path), field=field)
+        file = _first_file(target)
+        why = (f"{file} is a file" if file else _SPECIAL if e.errno == errno.ENOENT else e.strerror)
+        raise UserError(f"cannot create {'it' if folder else 'its folder'} ({why})", **where) from None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".osdp-sim-", suffix=".check", dir=target)
+    except OSError as e:
+        why = _SPECIAL if e.errno == errno.ENOENT else e.strerror
+        raise UserError(f"cannot write a file in {target} ({why}); give a path in a writable folder",
+                        **where) from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+# ENOENT for a folder that exists (or whose parent does): /proc, /sys and the like
+_SPECIAL = "a special filesystem that holds no files"
+
+
+def _first_file(folder: Path) -> Path | None:
+    """The nearest of `folder` and its parents that exists as a non-folder (why mkdir failed)."""
+    for p in (folder, *folder.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
 
 
 def read_json(path: str | os.PathLike, kind: str, hint: str = ""):

@@ -424,7 +424,7 @@ def test_campaign_with_an_unwritable_records_dir_is_one_line(tmp_path, capsys):
                                            "plans": [{"strategy": "zero3", "micro_batch": 2}]}]}))
     assert main(["campaign", str(path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "records_dir: cannot create" in err
+    assert "\n" not in err and f"records_dir: {tmp_path}/afile/r: cannot create it" in err
 
 
 def test_report_with_evaluated_runs(tmp_path, synthetic_runs):
@@ -466,4 +466,109 @@ def test_a_cuda_campaign_without_a_gpu_is_a_one_line_error_before_any_run(tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"osdp-sim campaign: error: {path}: device: the campaign runs on cuda, "
                               "but this torch sees no GPU")
+    assert not (tmp_path / "records").exists()
+
+
+# ---------------------------------------------------------------- time limit and output paths
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_calibrate_time_limit_keeps_the_best_fit_so_far(tmp_path, capsys):
+    # the committed CPU records take minutes with leave-one-out; 1 s must end about then, with a
+    # profile and report that say what was cut short
+    import time
+    out, report = tmp_path / "cal.yaml", tmp_path / "cal.md"
+    t0 = time.monotonic()
+    rc = main(["calibrate", "--hw", "cpu-2core", "--records", str(REPO / "validate/records/cpu/n2"),
+               "-o", str(out), "--report", str(report), "--time-limit", "1"])
+    took = time.monotonic() - t0
+    assert rc == 4 and took < 1 + 15, took
+    err = capsys.readouterr().err
+    assert "stopped by --time-limit 1: fit: time limit reached during start 1 of 8" in err
+    assert "leave-one-out: not run" in err
+    hw = load_profile(out)
+    block = hw.provenance["calibration"]
+    assert block["leave_one_out"] == "not run" and len(block["stopped_by_time_limit"]) == 2
+    # the coefficients kept are the best evaluated: better than the profile as measured
+    errs = block["errors"]["iteration_time"]
+    assert errs["after"]["mape"] < errs["before"]["mape"]
+    assert "**Stopped by the time limit**: fit: time limit reached" in report.read_text()
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--time-limit", "0"], "--time-limit: expected a positive, finite number of seconds"),
+    (["--time-limit", "nan"], "--time-limit: expected a positive, finite number of seconds"),
+    (["-o", "{d}"], "{d}: -o: is a folder"),
+    (["--plot", "/proc/p.png"], "/proc/p.png: --plot: cannot write a file in /proc"),
+    (["--report", "/proc/r.md"], "/proc/r.md: --report: cannot write a file in /proc"),
+])
+def test_calibrate_bad_flags_are_errors_before_the_fit(tmp_path, capsys, extra, needle):
+    argv = ["calibrate", "--hw", "cpu-2core", "--records", str(REPO / "validate/records/cpu/n2"),
+            "-o", str(tmp_path / "o.yaml")] + [a.format(d=tmp_path) for a in extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle.format(d=tmp_path) in err and "\n" not in err and "fitting" not in err
+
+
+def _recording_runner(sleep_s: float, seen: list):
+    """A stand-in for validate_runner: records the run as ok after `sleep_s` (no ranks)."""
+    import time
+
+    def runner(c, job, *, log=None, deadline_s=None):
+        seen.append((job.label, deadline_s))
+        time.sleep(sleep_s)
+        rec = make_record(job.plan, 0.1, 50 * MiB, device="cpu", seed=job.seed, profile_name="titan8")
+        rec["settings"] = {"warmup": 1, "iters": 3, "seed": job.seed}
+        save_record(rec, job.record_path.parent)
+        return "ok"
+    return runner
+
+
+def test_campaign_time_limit_stops_between_runs_and_resumes(tmp_path):
+    import time
+    c = campaign_from_dict(_campaign(tmp_path), "c.yaml")
+    jobs = plan_jobs(c)
+    seen: list = []
+    t0 = time.monotonic()
+    first = run_campaign(c, jobs=jobs, runner=_recording_runner(0.4, seen), log=None, time_limit_s=1.0)
+    assert time.monotonic() - t0 < 1.0 + 0.4 + 0.5          # no run starts after the limit
+    n = first.ran                                            # 3 on an idle machine (0, 0.4, 0.8 s)
+    assert 1 <= n <= 3 and first.left == 5 - n and all(d is not None for _, d in seen)
+    assert pending(jobs) == jobs[n:]                         # resumable: the rest is still to run
+    again = run_campaign(c, jobs=jobs, runner=_recording_runner(0.0, seen), log=None, time_limit_s=60)
+    assert (again.skipped, again.ran, again.left) == (n, 5 - n, 0) and pending(jobs) == []
+
+
+def test_a_run_going_on_at_the_campaign_limit_is_stopped_unrecorded(tmp_path, monkeypatch):
+    import sys
+    import time
+    from osdp_sim.calibrate import campaign
+    c = campaign_from_dict(_campaign(tmp_path), "c.yaml")
+    job = plan_jobs(c)[0]
+    # validate stand-in that never ends: the campaign's deadline, not its timeout_s, must end it;
+    # on SIGTERM it says where it kept its rank logs, as validate does
+    stand_in = ("import signal, sys, time\n"
+                "def stop(*a):\n"
+                "    print('osdp-sim validate: interrupted (signal 15; rank logs kept in /tmp/R)', flush=True)\n"
+                "    sys.exit(130)\n"
+                "signal.signal(signal.SIGTERM, stop)\n"
+                "time.sleep(60)\n")
+    monkeypatch.setattr(campaign, "validate_command", lambda *a: [sys.executable, "-c", stand_in])
+    import io
+    log = io.StringIO()
+    t0 = time.monotonic()
+    assert campaign.validate_runner(c, job, log=log, deadline_s=t0 + 1.5) == campaign.STOPPED
+    assert time.monotonic() - t0 < 10
+    assert not job.record_path.exists()                      # no failed record: it runs on resume
+    assert "rank logs kept in /tmp/R" in log.getvalue()      # its output was a temporary file
+    assert campaign.validate_runner(c, job, log=None, deadline_s=t0) == campaign.STOPPED
+
+
+def test_campaign_time_limit_flag_is_checked(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_campaign(tmp_path)))
+    for bad in ("0", "-1", "nan", "inf"):
+        assert main(["campaign", str(path), "--time-limit", bad]) == 2
+        assert "--time-limit: expected a positive, finite number of seconds" in capsys.readouterr().err
     assert not (tmp_path / "records").exists()

@@ -55,7 +55,10 @@ def test_fewer_gpus_and_units_in_sizes(capsys):
     (["--model", "gpt9", "--strategy", "zero3", "--micro-batch", "4"], "unknown model"),
     (["--model", "gpt2-1.5b", "--strategy", "zero3"], "--micro-batch"),
     (["--model", "gpt2-1.5b", "--strategy", "zero3", "--micro-batch", "4", "--gpus", "64"], "--gpus"),
-    (["--model", "gpt2-1.5b", "--strategy", "zero3", "--micro-batch", "4", "--shard-group", "3"], "--shard-group"),
+    (["--model", "gpt2-1.5b", "--strategy", "zero3", "--micro-batch", "4", "--shard-group", "3"],
+     "--shard-group: 3 must divide the device count 8"),
+    (["--model", "gpt2-1.5b", "--strategy", "ddp", "--micro-batch", "4", "--shard-group", "4"],
+     "--shard-group: has no effect with --strategy ddp"),                 # was ignored
 ])
 def test_user_errors_are_one_line_exit_2(capsys, args, needle):
     assert main(["estimate", "--hw", TITAN] + args) == 2
@@ -71,3 +74,56 @@ def test_console_script_bad_profile_no_traceback(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and str(bad) in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def plan2(tmp_path):
+    path = tmp_path / "p2.json"
+    save_plan(uniform_plan(load_model_config("gpt2-124m"), "zero3", devices=2, micro_batch=2), path)
+    return str(path)
+
+
+@pytest.mark.parametrize("extra,flag", [
+    (["--model", "llama-7b"], "--model"), (["--micro-batch", "8"], "--micro-batch"),
+    (["--checkpoint"], "--checkpoint"), (["--precision", "bf16"], "--precision"),
+    (["--optimizer", "sgd"], "--optimizer"), (["--grad-accum", "4"], "--grad-accum"),
+    (["--seq-len", "64"], "--seq-len"), (["--shard-group", "1"], "--shard-group"),
+])
+def test_flags_a_plan_file_fixes_are_errors_with_plan(capsys, plan2, extra, flag):
+    # these used to be ignored silently: the plan's own settings were estimated
+    assert main(["estimate", "--hw", "cpu-2core", "--plan", plan2] + extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{flag}: conflicts with --plan" in err and "\n" not in err
+
+
+def test_gpus_against_a_plan_names_the_plan_device_count(capsys, plan2):
+    assert main(["estimate", "--hw", "cpu-2core", "--plan", plan2, "--gpus", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--gpus: the plan was made for 2 devices, not 1" in err     # was: "the profile has 1"
+    assert main(["estimate", "--hw", "cpu-2core", "--plan", plan2, "--gpus", "2", "--json"]) == 0
+
+
+def test_timeline_without_json_is_an_error(capsys, plan2):
+    assert main(["estimate", "--hw", "cpu-2core", "--plan", plan2, "--timeline"]) == 2
+    assert "--timeline: only adds the task timeline to the --json output" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target,needle", [
+    ("/proc/x.png", "cannot write a file in /proc"),
+    ("{d}/DIR.png", "is a folder"),
+    ("{d}/out.svg", "expected a .png path"),
+    ("{d}/AFILE/t.png", "is a file"),
+])
+def test_unwritable_plot_paths_are_errors_before_the_estimate(capsys, tmp_path, plan2, target, needle):
+    (tmp_path / "DIR.png").mkdir()
+    (tmp_path / "AFILE").write_text("")
+    target = target.format(d=tmp_path)
+    assert main(["estimate", "--hw", "cpu-2core", "--plan", plan2, "--plot", target]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "--plot" in err and "\n" not in err
+
+
+def test_plot_creates_missing_folders_like_every_output_flag(tmp_path, plan2):
+    target = tmp_path / "new" / "dir" / "t.png"          # was a FileNotFoundError traceback
+    assert main(["estimate", "--hw", "cpu-2core", "--plan", plan2, "--plot", str(target)]) == 0
+    assert target.is_file() and target.with_suffix(".svg").is_file()

@@ -14,14 +14,20 @@ CASES = [
     ("bench/search_keygraph.py", ["--hw", "nosuch.yaml"], "nosuch.yaml: file not found"),
     ("bench/search_keygraph.py", ["--root", "bad"], "root_strategies"),
     ("bench/search_keygraph.py", ["--micro-batch", "0"], "expected a positive whole number"),
-    ("bench/search_bench.py", ["--time-limit", "-5"], "expected a positive number"),
+    ("bench/search_bench.py", ["--time-limit", "-5"], "expected a positive, finite number"),
+    ("bench/search_bench.py", ["--time-limit", "inf"], "expected a positive, finite number"),
     ("bench/search_queue_work.py", ["--abstract-graph", "1e-4,x"], "comma-separated numbers"),
     ("bench/pareto_depth.py", ["--layers", "8,0"], "expected a positive whole number"),
-    ("bench/search_diagnostics.py", ["--seconds", "0"], "expected a positive number"),
+    ("bench/search_diagnostics.py", ["--seconds", "0"], "expected a positive, finite number"),
     ("validate/table.py", ["nosuch"], "nosuch: no such records folder or file"),
     ("validate/table.py", ["validate/records/table", "--predict", "nosuch"], "no hardware profile"),
     ("validate/make_plans.py", ["--model", "nosuch"], "unknown model"),
     ("validate/run_table.py", ["--plans", "nosuch"], "plan file not found"),
+    ("validate/make_plans.py", ["--out", "/proc/plans"], "/proc/plans: --out: cannot create it (a special filesystem that holds no files)"),
+    ("validate/run_table.py", ["--out", "/proc/table"], "/proc/table: --out: cannot create it (a special filesystem that holds no files)"),
+    ("validate/run_table.py", ["--seeds", "0,x"], "--seeds: expected comma-separated whole numbers"),
+    ("validate/run_table.py", ["--max-other", "nan"], "--max-other: expected a fraction 0-1"),
+    ("bench/estimate_scaling.py", ["--layers", "0"], "expected a positive whole number"),
 ]
 
 

@@ -1,5 +1,7 @@
 """fileio: atomic writes leave no temporary behind; unreadable or unwritable paths are UserErrors."""
 
+import re
+
 import pytest
 
 from osdp_sim.errors import UserError
@@ -37,3 +39,25 @@ def test_check_writable_makes_the_folder_or_names_the_problem(tmp_path):
     (tmp_path / "afile").write_text("")
     with pytest.raises(UserError, match=r"afile/out\.yaml: -o: cannot create its folder \(.*afile is a file\)"):
         check_writable(tmp_path / "afile" / "out.yaml", "-o")
+
+
+@pytest.mark.parametrize("path,folder,needle", [
+    ("/proc/x.png", False, "/proc/x.png: -o: cannot write a file in /proc"),   # os.access says yes for root
+    ("/proc", True, "/proc: -o: cannot write a file in /proc"),
+    ("/dev/null", False, "/dev/null: -o: exists and is not a regular file"),  # a rename would replace it
+])
+def test_check_writable_tries_a_real_file(path, folder, needle):
+    from osdp_sim.fileio import check_writable
+    with pytest.raises(UserError, match=re.escape(needle)):
+        check_writable(path, "-o", folder=folder)
+
+
+def test_check_writable_folders_and_files_are_told_apart(tmp_path):
+    from osdp_sim.fileio import check_writable
+    with pytest.raises(UserError, match="is a folder; give a file path"):
+        check_writable(tmp_path, "-o")
+    (tmp_path / "f").write_text("")
+    with pytest.raises(UserError, match="exists and is not a folder"):
+        check_writable(tmp_path / "f", "--records-dir", folder=True)
+    check_writable(tmp_path / "a" / "b", "--records-dir", folder=True)
+    assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())

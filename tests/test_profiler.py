@@ -234,9 +234,15 @@ def _child_pids() -> list[int]:
 
 @pytest.mark.slow
 def test_timeout_stops_every_rank():
+    import time
     with pytest.raises(ProfilingFailed, match="timed out"):
         profile_ranks(ProfileConfig(nproc=2, tiny=True, timeout_s=0.3))
     assert _child_pids() == []
+    # the timeout counts from the command's start (started_s), not from the ranks' launch
+    t0 = time.monotonic()
+    with pytest.raises(ProfilingFailed, match="timed out after 30 s"):
+        profile_ranks(ProfileConfig(nproc=2, tiny=True, timeout_s=30), started_s=t0 - 29.7)
+    assert time.monotonic() - t0 < 5 and _child_pids() == []
 
 
 @pytest.mark.slow
@@ -245,7 +251,8 @@ def test_profile_hw_tiny_writes_a_loadable_profile(tmp_path, capfd):
     rc = main(["profile-hw", "--device", "cpu", "--nproc", "2", "--tiny", "--max-message-bytes", "256KiB",
                "-o", str(out)])
     assert rc == 0
-    assert "collectives n=2" in capfd.readouterr().err       # rank 0's progress reached stderr
+    err = capfd.readouterr().err
+    assert "collectives n=2" in err                            # rank 0's progress reached stderr
     assert _child_pids() == []
     text = out.read_text()
     assert text.startswith("# Measured by: osdp-sim profile-hw --device cpu --nproc 2 --tiny")
@@ -263,6 +270,7 @@ def test_profile_hw_tiny_writes_a_loadable_profile(tmp_path, capfd):
         assert t.busbw_bytes_per_s[-1] > t.busbw_bytes_per_s[0], t
     assert hw.collectives.intra.busbw_bytes_per_s > 0
     assert hw.overlap_slowdown >= 1.0
+    assert f"overlap slowdown {hw.overlap_slowdown:g}, from the median over ranks" in err   # what is written
     assert hw.provenance["collectives"]["spread_per_table"]["all_reduce/2"]
 
 
@@ -276,4 +284,48 @@ def test_bad_options_are_one_line_errors(tmp_path, capsys):
     assert "--peak-tflops: expected DTYPE=TFLOPS" in capsys.readouterr().err
     assert main(["profile-hw", "--max-message-bytes", "1KiB", "-o", out]) == 2
     assert "--max-message-bytes: must be at least 4KiB" in capsys.readouterr().err
+    assert main(["profile-hw", "--max-message-bytes", "1000000GiB", "-o", out]) == 2
+    assert "--max-message-bytes: 2 ranks x 2 x" in capsys.readouterr().err
+    assert main(["profile-hw", "--nproc", "100000", "-o", out]) == 2
+    assert "--nproc: 100000 CPU ranks need at least" in capsys.readouterr().err
+    assert main(["profile-hw", "--nominal-bandwidth-gbps", "inf", "-o", out]) == 2
+    assert "--nominal-bandwidth-gbps: must be a positive, finite number" in capsys.readouterr().err
+    for bad in ("0", "-5", "nan", "inf"):           # nan never expired, 0 started and timed out
+        assert main(["profile-hw", "--timeout", bad, "-o", out]) == 2
+        assert "--timeout: expected a positive, finite number of seconds" in capsys.readouterr().err
     assert not Path(out).exists()
+
+
+@pytest.mark.parametrize("target,needle", [("/proc/x.yaml", "cannot write a file in /proc"),
+                                           ("{d}", "is a folder")])
+def test_output_checked_before_measuring(tmp_path, capsys, target, needle):
+    assert main(["profile-hw", "--tiny", "-o", target.format(d=tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"-o: {needle}" in err and "\n" not in err.strip()
+
+
+def test_cuda_without_a_gpu_says_so(tmp_path, capsys, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["profile-hw", "--device", "cuda", "-o", str(tmp_path / "x.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "--device: profiling cuda devices, but this torch sees no GPU" in err   # was "got 0 ranks"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_ranks_and_removes_the_temporary_folder(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    p = subprocess.Popen([sys.executable, "-m", "osdp_sim.cli.main", "profile-hw", "--tiny", "-o",
+                          str(tmp_path / "t.yaml")], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("osdp-profile-*/rank1.err")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)                              # the ranks are up
+    p.send_signal(signal.SIGTERM)
+    err = p.communicate(timeout=60)[1]
+    assert p.returncode == 130 and "interrupted" in err     # was killed by the signal, folder left
+    assert not list(tmp_path.glob("osdp-profile-*")) and not (tmp_path / "t.yaml").exists()

@@ -224,6 +224,54 @@ def test_slow_run_times_out_as_slow_not_as_hung(tmp_path):
     assert_all_gone(out.pids, out.run_id)
 
 
+def test_the_timeout_counts_from_the_command_start(tmp_path):
+    # validate passes started_s (when the command began): loading and predicting count against
+    # --timeout too. Sleeping processes stand in for ranks (no torch, no rendezvous).
+    from osdp_sim.runtime.launch import _monitor, _terminate
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    try:
+        t0 = time.monotonic()
+        status, failure = _monitor(procs, tmp_path, 10.0, None, t0 - 9.5)
+        assert status == "timeout" and "timeout after 10 s" in failure["reason"]
+        assert time.monotonic() - t0 < 6.0            # 0.5 s left, 1 s for the stacks; not 10 more
+    finally:
+        _terminate(procs, 1.0)
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--timeout", "0"], "--timeout: expected a positive, finite number of seconds, got 0"),
+    (["--timeout", "-5"], "--timeout: expected a positive, finite number of seconds, got -5"),
+    (["--timeout", "nan"], "--timeout: expected a positive, finite number of seconds, got nan"),
+    (["--seed", str(2**64)], "--seed: expected at most 4294967295"),
+    (["--threads", "100000"], "--threads: expected at most"),     # was a failed run from torch's setup
+    (["-o", "/proc/x.json"], "/proc/x.json: -o: cannot write a file in /proc"),
+    (["-o", "{d}"], "{d}: -o: is a folder"),
+    (["--records-dir", "{d}/plan.json"], "{d}/plan.json: --records-dir: exists and is not a folder"),
+    (["--run-dir", "/proc/run"], "/proc/run: --run-dir: cannot"),
+    (["--model", "gpt2-1.5b"], "--model: conflicts with --plan"),      # were ignored: the plan ran
+    (["--micro-batch", "64"], "--micro-batch: conflicts with --plan"),
+    (["--precision", "bf16"], "--precision: conflicts with --plan"),
+    (["--checkpoint"], "--checkpoint: conflicts with --plan"),
+])
+def test_bad_flags_are_errors_before_any_rank_starts(files, tmp_path, capsys, extra, needle):
+    # each used to start the ranks first (a "timeout" blaming a collective, a traceback at the end)
+    hw, plan = files
+    extra = [a.format(d=tmp_path) for a in extra]
+    t0 = time.monotonic()
+    assert main(["validate", "--plan", str(plan), "--hw", str(hw)] + extra) == 2
+    assert time.monotonic() - t0 < 5.0                 # no rank was started
+    err = capsys.readouterr().err.strip()
+    assert needle.format(d=tmp_path) in err and "\n" not in err
+
+
+def test_more_cpu_ranks_than_memory_holds_is_an_error_before_any_starts(files, capsys):
+    hw, _ = files
+    assert main(["validate", "--hw", str(hw), "--strategy", "zero3", "--model", "gpt2-tiny",
+                 "--micro-batch", "1", "--nproc", "100000"]) == 2      # was: 100000 processes started
+    err = capsys.readouterr().err.strip()
+    assert "--nproc: 100000 CPU ranks need at least" in err and "\n" not in err
+
+
 def test_stalled_means_far_past_the_usual_gap():
     from osdp_sim.runtime.launch import STALL_MIN_S, stalled_for
     assert not stalled_for(STALL_MIN_S - 1, 0.1)       # short steps: a few seconds of quiet is fine
@@ -239,12 +287,15 @@ def test_stopping_the_launcher_stops_every_rank(tmp_path, sig):
     run_dir = tmp_path / "run"
     code = textwrap.dedent(f"""
         import json, sys
+        from osdp_sim.cli.common import run_reporting
         from osdp_sim.runtime.launch import launch
         spec = json.loads(sys.argv[1])
-        launch(spec, 2, timeout_s=300, run_dir={str(run_dir)!r}, echo=None)
+        sys.exit(run_reporting(lambda: launch(spec, 2, timeout_s=300, run_dir={str(run_dir)!r}, echo=None),
+                               "launcher"))
     """)
     launcher = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec(run_id=run_id))],
-                                stderr=subprocess.DEVNULL, env=dict(os.environ, OSDP_SIM_FAULT="hang:1:0"))
+                                stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, OSDP_SIM_FAULT="hang:1:0"))
     try:
         deadline = time.monotonic() + 120
         while not all("started" in _read(run_dir / f"rank{r}.log") for r in range(2)):
@@ -253,7 +304,10 @@ def test_stopping_the_launcher_stops_every_rank(tmp_path, sig):
         ranks = [p for p in processes_with(run_id) if p != launcher.pid]   # its argv holds the id too
         assert len(ranks) == 2
         launcher.send_signal(sig)
-        launcher.wait(timeout=30)
+        err = launcher.communicate(timeout=30)[1]
+        if sig == signal.SIGINT:      # says where the run's folder was left (was: nothing)
+            assert launcher.returncode == 130
+            assert f"launcher: interrupted (Ctrl-C; every rank was stopped; rank logs kept in {run_dir})" in err
         deadline = time.monotonic() + 15
         while (processes_with(run_id) or any(alive(p) for p in ranks)) and time.monotonic() < deadline:
             time.sleep(0.2)

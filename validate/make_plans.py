@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from osdp_sim.cli.common import positive_int, run_script
+from osdp_sim.fileio import check_writable
 from osdp_sim.model.load import load_model_config
 from osdp_sim.plan import GroupChoice, save_plan, uniform_plan
 
@@ -47,6 +48,7 @@ def main() -> None:
     p.add_argument("--precision", default="bf16", choices=("fp32", "bf16"))
     p.add_argument("--out", default=str(HERE / "plans"))
     args = p.parse_args()
+    check_writable(args.out, "--out", folder=True)
     for name, plan in plans(args.model, args.micro_batch, args.devices, args.precision).items():
         path = Path(args.out) / f"{name}.json"
         save_plan(plan, path)

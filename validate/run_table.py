@@ -17,6 +17,8 @@ from pathlib import Path
 
 from osdp_sim.calibrate.campaign import Campaign, Job, run_campaign
 from osdp_sim.cli.common import positive_int, run_script
+from osdp_sim.errors import UserError
+from osdp_sim.fileio import check_writable
 from osdp_sim.plan import load_plan
 
 HERE = Path(__file__).resolve().parent
@@ -32,14 +34,20 @@ def main() -> int:
     p.add_argument("--max-other", type=float, default=0.03)
     p.add_argument("--tries", type=positive_int, default=4)
     args = p.parse_args()
-    subprocess.run([sys.executable, str(HERE / "make_plans.py")], check=True, cwd=ROOT)
     out = ROOT / args.out
+    check_writable(out, "--out", folder=True)          # before the plans and six runs, not after
+    if not 0.0 <= args.max_other <= 1.0:
+        raise UserError(f"expected a fraction 0-1, got {args.max_other:g}", field="--max-other")
+    seeds = [s.strip() for s in args.seeds.split(",")]
+    if not all(s.isdigit() for s in seeds):
+        raise UserError(f"expected comma-separated whole numbers >= 0, got {args.seeds!r}", field="--seeds")
+    subprocess.run([sys.executable, str(HERE / "make_plans.py")], check=True, cwd=ROOT)
     c = Campaign(name="table", source=__file__, hardware=args.hw, device="cpu", records_dir=out,
                  backend="fsdp2", warmup=3, iters=10, threads=1, seed=0, timeout_s=300, runs=())
     jobs = []
     for name in args.plans.split(","):
         plan = load_plan(HERE / "plans" / f"{name}.json")
-        for seed in args.seeds.split(","):
+        for seed in seeds:
             path = out / f"{name}-s{seed}.json"
             path.unlink(missing_ok=True)              # a fresh table: never an older record
             jobs.append(Job(model=plan.model.name, nproc=plan.devices, plan=plan, seed=int(seed),

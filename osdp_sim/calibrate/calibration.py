@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from osdp_sim.calibrate import analysis
-from osdp_sim.calibrate.fit import STARTS, FitResult, Prediction, fit, predict_runs
+from osdp_sim.calibrate.fit import STARTS, FitResult, Prediction, TimeUp, fit, past, predict_runs
 from osdp_sim.calibrate.loo import LooResult, leave_one_out
 from osdp_sim.calibrate.runs import Run, base_names
 from osdp_sim.hardware.profile import HardwareProfile
@@ -29,6 +29,7 @@ class Calibration:
     date: str
     command: str
     record_dirs: tuple[str, ...]
+    stopped: tuple[str, ...] = ()           # what the time limit cut short, in words
 
     @property
     def runs(self) -> tuple[Run, ...]:
@@ -57,12 +58,25 @@ class Calibration:
 
 def calibrate(profile: HardwareProfile, runs, *, excluded=(), eval_runs=(), loss: str = "soft_l1",
               params=None, loo: bool = True, limits=(), command: str = "", record_dirs=(),
-              name: str | None = None, progress="stderr", starts: int = STARTS) -> Calibration:
+              name: str | None = None, progress="stderr", starts: int = STARTS,
+              deadline_s: float | None = None) -> Calibration:
+    """The fit, leave-one-out and the evaluated runs. Past `deadline_s` (time.monotonic()) the fit
+    keeps the best coefficients found so far and leave-one-out is skipped (or the rest of it);
+    Calibration.stopped says what was cut short."""
     progress = sys.stderr if progress == "stderr" else progress
     if progress:
         print(f"osdp-sim calibrate: fitting {len(runs)} runs", file=progress, flush=True)
-    result = fit(profile, runs, loss=loss, params=params, starts=starts)
-    loo_result = leave_one_out(result, profile, progress=progress) if loo else None
+    result = fit(profile, runs, loss=loss, params=params, starts=starts, deadline_s=deadline_s,
+                 progress=progress)
+    stopped = [f"fit: {result.stopped}"] if result.stopped else []
+    loo_result = None
+    if loo and (result.stopped or past(deadline_s)):
+        stopped.append("leave-one-out: not run (time limit reached)")
+    elif loo:
+        try:
+            loo_result = leave_one_out(result, profile, progress=progress, deadline_s=deadline_s)
+        except TimeUp as e:
+            stopped.append(f"leave-one-out: not reported, time limit reached ({e})")
     date = datetime.now(timezone.utc).isoformat(timespec="seconds")
     eval_runs = tuple(eval_runs)
     cal = Calibration(base=profile, result=result, loo=loo_result, excluded=tuple(excluded),
@@ -70,7 +84,8 @@ def calibrate(profile: HardwareProfile, runs, *, excluded=(), eval_runs=(), loss
                       eval_before=tuple(predict_runs(profile, eval_runs)) if eval_runs else (),
                       eval_after=tuple(predict_runs(result.profile, eval_runs)) if eval_runs else (),
                       noise=analysis.noise_floor(list(runs)), limits=tuple(limits), date=date,
-                      command=command, record_dirs=tuple(str(d) for d in record_dirs))
+                      command=command, record_dirs=tuple(str(d) for d in record_dirs),
+                      stopped=tuple(stopped))
     base = sorted(base_names(profile) - {profile.name}) or [profile.name]
     new_name = name or f"{base[0]}-calibrated"
     desc = (f"{profile.description} -- calibrated on {len(runs)} runs"
@@ -132,6 +147,7 @@ def provenance(cal: Calibration, base_name: str, starts: int = STARTS) -> dict:
         "errors": {"iteration_time": error_block(cal, "time"), "peak_memory": error_block(cal, "memory")},
         "leave_one_out": ("leave-one-plan-out: repeats of a plan are held out together"
                           if cal.loo is not None else "not run"),
+        **({"stopped_by_time_limit": list(cal.stopped)} if cal.stopped else {}),
         "noise_floor": {"repeat_time_cv": cal.noise.time_cv, "within_run_time_cv": cal.noise.within_run_cv,
                         "repeat_groups": len(cal.noise.groups)},
     }

@@ -103,6 +103,12 @@ class CampaignSummary:
     ok: int = 0
     failed: list = field(default_factory=list)       # (job label, status, record path)
     wall_s: float = 0.0
+    left: int = 0                                    # runs not started (or stopped) at the time limit
+
+
+# A run the campaign's time limit stopped: validate was ended and no record written, so the run
+# is pending again on resume. Not a record status.
+STOPPED = "stopped"
 
 
 # ---------------------------------------------------------------- reading
@@ -440,12 +446,23 @@ def validate_command(c: Campaign, job: Job, plan_file: Path, threads: int) -> li
             "--threads", str(threads), "--timeout", f"{c.timeout_s:g}", "-o", str(job.record_path)]
 
 
-def validate_runner(c: Campaign, job: Job, *, log="stderr", nice: int | None = None) -> str:
+def validate_runner(c: Campaign, job: Job, *, log="stderr", nice: int | None = None,
+                    deadline_s: float | None = None) -> str:
     """Run one job with `osdp-sim validate` in a subprocess; returns the record's status. When
     validate dies without writing a record, a failed record is written here so the campaign
     keeps the evidence and moves on. `nice`: the run's scheduling priority (os.nice increment,
-    inherited by its ranks); -20 lets a run keep its cores against other work on the machine."""
+    inherited by its ranks); -20 lets a run keep its cores against other work on the machine.
+    `deadline_s` (time.monotonic()): the campaign's time limit; a run still going then is stopped
+    and left unrecorded (STOPPED), so that a resumed campaign runs it again."""
     log = sys.stderr if log == "stderr" else log
+    budget_s = c.timeout_s + 120
+    stopped_by_deadline = False
+    if deadline_s is not None:
+        left_s = deadline_s - time.monotonic()
+        if left_s <= 0:
+            return STOPPED
+        stopped_by_deadline = left_s < budget_s
+        budget_s = min(budget_s, left_s)
     from osdp_sim.plan import save_plan
     from osdp_sim.runtime.launch import available_cores
     threads = c.threads or max(1, available_cores() // job.nproc)
@@ -455,10 +472,17 @@ def validate_runner(c: Campaign, job: Job, *, log="stderr", nice: int | None = N
         save_plan(job.plan, plan_file)
         cmd = validate_command(c, job, plan_file, threads)
         logfile = Path(tmp) / "validate.log"
-        with open(logfile, "wb") as out:
-            rc = _run_validate(cmd, out, c.timeout_s + 120, nice)
+        try:
+            with open(logfile, "wb") as out:
+                rc = _run_validate(cmd, out, budget_s, nice)
+        except KeyboardInterrupt:
+            _echo_kept_folder(logfile.read_text(errors="replace"), log)   # the log goes with tmp
+            raise
         text = logfile.read_text(errors="replace")
     status = recorded_status(job.record_path)
+    if status is None and rc is None and stopped_by_deadline:
+        _echo_kept_folder(text, log)
+        return STOPPED
     if status is None:
         tail = "\n".join(text.splitlines()[-40:])
         _write_failed_record(c, job, threads, rc, tail)
@@ -468,6 +492,14 @@ def validate_runner(c: Campaign, job: Job, *, log="stderr", nice: int | None = N
         for l in lines:
             print(f"    | {l}", file=log)
     return status
+
+
+def _echo_kept_folder(validate_output: str, log) -> None:
+    """A validate stopped by Ctrl-C, SIGTERM or the campaign's limit says where it left its run
+    folder (rank logs); its output is in a temporary file, so repeat that line."""
+    for line in validate_output.splitlines():
+        if "rank logs kept in" in line and log:
+            print(f"    | {line}", file=log, flush=True)
 
 
 def _run_validate(cmd: list[str], out, timeout_s: float, nice: int | None) -> int | None:
@@ -581,17 +613,19 @@ def cpu_busy_fraction(sample_s: float = 2.0) -> float | None:
     after = machine_cpu_s()
     if before is None or after is None or after[1] <= before[1]:
         return None
-    return (after[0] - before[0]) / (after[1] - before[1])
+    return min(1.0, (after[0] - before[0]) / (after[1] - before[1]))    # float sums reach 1 + 1e-12
 
 
-def wait_until_idle(max_busy: float, *, log="stderr", poll_s: float = 10.0, sample_s: float = 2.0) -> float:
-    """Block until other work leaves the CPUs at most `max_busy` busy (a fraction); returns the
-    seconds waited. CPU step times are only comparable when nothing else runs."""
+def wait_until_idle(max_busy: float, *, log="stderr", poll_s: float = 10.0, sample_s: float = 2.0,
+                    deadline_s: float | None = None) -> float:
+    """Block until other work leaves the CPUs at most `max_busy` busy (a fraction), or until
+    `deadline_s` (time.monotonic()); returns the seconds waited. CPU step times are only
+    comparable when nothing else runs."""
     log = sys.stderr if log == "stderr" else log
     waited, said = 0.0, -60.0
     while True:
         busy = cpu_busy_fraction(sample_s)
-        if busy is None or busy <= max_busy:
+        if busy is None or busy <= max_busy or _past(deadline_s):
             return waited
         if log and waited - said >= 60:
             print(f"    waiting for an idle machine: CPUs {busy:.0%} busy (limit {max_busy:.0%}), "
@@ -604,13 +638,15 @@ def wait_until_idle(max_busy: float, *, log="stderr", poll_s: float = 10.0, samp
 def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = False, hw=None,
                  log="stderr", jobs: list[Job] | None = None, max_busy: float | None = None,
                  max_foreign: float | None = None, attempts: int = 3,
-                 log_extra: dict | None = None) -> CampaignSummary:
+                 log_extra: dict | None = None, time_limit_s: float | None = None) -> CampaignSummary:
     """Run every job not yet recorded, in order; a failure is recorded and the campaign goes on.
     `max_busy`: before each run, wait until the CPUs are at most this busy (wait_until_idle).
     `max_foreign`: a run during which other work used more than this share of the CPUs is run
     again (its record replaced), up to `attempts` times; the last attempt is kept either way.
     Every attempt is logged to <records_dir>/campaign-log.jsonl (wall time, foreign CPU share:
-    runtime.launch.other_cpu_fraction, the measure the record's env.other_cpu_fraction uses)."""
+    runtime.launch.other_cpu_fraction, the measure the record's env.other_cpu_fraction uses).
+    `time_limit_s`: no run starts after it, and the run going on at it is stopped unrecorded (the
+    runner gets `deadline_s`); summary.left counts the runs a resumed campaign will do."""
     from osdp_sim.runtime.launch import cpu_account, other_cpu_fraction
     log = sys.stderr if log == "stderr" else log
     jobs = plan_jobs(c, hw=hw) if jobs is None else jobs
@@ -621,18 +657,25 @@ def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = Fa
               f"{len(todo)} to run", file=log, flush=True)
     durations: list[float] = []
     t_start = time.monotonic()
+    deadline_s = None if time_limit_s is None else t_start + time_limit_s
+    timed = {} if deadline_s is None else {"deadline_s": deadline_s}
     order = {id(j): i for i, j in enumerate(jobs)}
     for n, job in enumerate(todo):
+        if _past(deadline_s):
+            summary.left = len(todo) - n
+            break
         if log:
             eta = _eta(durations, len(todo) - n)
             print(f"campaign {c.name}: run {order[id(job)] + 1}/{len(jobs)} ({n + 1} of {len(todo)} "
                   f"this time) {job.label}, seed {job.seed}{eta}", file=log, flush=True)
         for attempt in range(1, attempts + 1):
             if max_busy is not None:
-                wait_until_idle(max_busy, log=log)
+                wait_until_idle(max_busy, log=log, deadline_s=deadline_s)
             t0, before = time.monotonic(), cpu_account()
-            status = runner(c, job, log=log)
+            status = runner(c, job, log=log, **timed)
             wall, after = time.monotonic() - t0, cpu_account()
+            if status == STOPPED:
+                break
             foreign = other_cpu_fraction(before, after)
             _log_attempt(c, job, status, attempt, wall, foreign, log_extra)
             disturbed = (max_foreign is not None and foreign is not None and foreign > max_foreign
@@ -641,12 +684,17 @@ def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = Fa
                 extra = f", other work used {foreign:.0%} of the CPUs" if foreign is not None else ""
                 print(f"campaign {c.name}:   {status} in {wall:.0f} s{extra} -> {job.record_path}",
                       file=log, flush=True)
-            if not disturbed or attempt == attempts:
+            if not disturbed or attempt == attempts or _past(deadline_s):
                 break
             if log:
                 print(f"campaign {c.name}:   disturbed (limit {max_foreign:.0%}): running it again",
                       file=log, flush=True)
             job.record_path.unlink(missing_ok=True)
+        if status == STOPPED:
+            if log:
+                print(f"campaign {c.name}:   stopped at the time limit, not recorded", file=log, flush=True)
+            summary.left = len(todo) - n
+            break
         durations.append(wall)
         summary.ran += 1
         if status == "ok":
@@ -655,6 +703,10 @@ def run_campaign(c: Campaign, *, runner=validate_runner, retry_failed: bool = Fa
             summary.failed.append((job.label, status, str(job.record_path)))
     summary.wall_s = time.monotonic() - t_start
     return summary
+
+
+def _past(deadline_s: float | None) -> bool:
+    return deadline_s is not None and time.monotonic() >= deadline_s
 
 
 def _log_attempt(c: Campaign, job: Job, status: str, attempt: int, wall_s: float, foreign: float | None,

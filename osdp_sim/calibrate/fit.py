@@ -12,6 +12,7 @@ respects them.
 """
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,15 @@ class FitResult:
     sigma_time_log: float = SIGMA_TIME_LOG
     sigma_memory_log: float = SIGMA_MEMORY_LOG
     at_bound: tuple[str, ...] = field(default=())   # coefficients the fit pushed onto a bound
+    stopped: str = ""                  # why the fit ended before converging (its time limit), or ""
+
+
+class TimeUp(Exception):
+    """A calibration's time limit passed: raised in least_squares' residuals, caught by _solve."""
+
+
+def past(deadline_s: float | None) -> bool:
+    return deadline_s is not None and time.monotonic() > deadline_s
 
 
 class Predictor:
@@ -104,12 +114,15 @@ def values_of(profile: HardwareProfile, params) -> dict:
 def fit(profile: HardwareProfile, runs, *, loss: str = "soft_l1", params: tuple[Param, ...] | None = None,
         start: dict | None = None, sigma_time_log: float = SIGMA_TIME_LOG,
         sigma_memory_log: float = SIGMA_MEMORY_LOG, max_nfev: int | None = None,
-        starts: int = STARTS) -> FitResult:
+        starts: int = STARTS, deadline_s: float | None = None, progress=None) -> FitResult:
     """Fit `params` (default: params.default_params) to `runs` (calibrate.runs.Run, ok runs only).
     `start`: initial coefficient values (default: the prior); the prior stays on the measured
     values either way, so a warm start changes the path, not the answer. `starts`: the time
     coefficients are fitted from `start` and from starts - 1 points drawn from the prior; the
-    lowest cost wins.
+    lowest cost wins. `deadline_s` (time.monotonic()): past it, the time stage ends with the
+    lowest-cost coefficients evaluated so far (FitResult.stopped says so). The memory stage runs
+    on regardless: with the time coefficients fixed it reuses the cached step simulations, so it
+    costs milliseconds. `progress`: a file for one line per start of the time stage.
 
     Two stages, because the problem separates: the time coefficients against the time residuals,
     then the memory coefficients against the memory residuals with the time coefficients fixed.
@@ -142,12 +155,15 @@ def fit(profile: HardwareProfile, runs, *, loss: str = "soft_l1", params: tuple[
         return np.log(np.maximum(m, 1.0) / m_meas) / sigma_memory_log
 
     stages = [(time_ps, time_residuals), (mem_ps, mem_residuals)]
-    success, messages, nfev, cost, at_bound = True, [], 0, 0.0, []
+    success, messages, nfev, cost, at_bound, stopped = True, [], 0, 0.0, [], ""
     for ps, data_residuals in stages:
         if not ps:
             continue
+        timed = ps is time_ps
         r = _solve(ps, prior, fitted, data_residuals, loss, max_nfev,
-                   extra_starts=starts - 1 if ps is time_ps else 0)
+                   extra_starts=starts - 1 if timed else 0, deadline_s=deadline_s if timed else None,
+                   progress=progress if timed else None)
+        stopped = stopped or r["stopped"]
         fitted.update(r["values"])
         success &= r["success"]
         messages.append(r["message"])
@@ -159,7 +175,7 @@ def fit(profile: HardwareProfile, runs, *, loss: str = "soft_l1", params: tuple[
                      runs=tuple(runs), before=tuple(pred.predict(values_of(profile, params))),
                      after=tuple(pred.predict(fitted)), success=success, message="; ".join(m.rstrip(".") for m in messages),
                      nfev=nfev, cost=cost, loss=loss, sigma_time_log=sigma_time_log,
-                     sigma_memory_log=sigma_memory_log, at_bound=tuple(at_bound))
+                     sigma_memory_log=sigma_memory_log, at_bound=tuple(at_bound), stopped=stopped)
 
 
 def tidy(p: Param, x: float) -> float:
@@ -173,8 +189,33 @@ def tidy(p: Param, x: float) -> float:
     return min(max(x, p.lo), p.hi)
 
 
+def robust_cost(f: np.ndarray, loss: str) -> float:
+    """least_squares' cost of residuals `f` (f_scale 1): 0.5 * sum(rho(f**2))."""
+    z = f * f
+    rho = {"linear": lambda: z, "soft_l1": lambda: 2.0 * (np.sqrt(1.0 + z) - 1.0),
+           "huber": lambda: np.where(z <= 1.0, z, 2.0 * np.sqrt(z) - 1.0),
+           "cauchy": lambda: np.log1p(z), "arctan": lambda: np.arctan(z)}[loss]()
+    return 0.5 * float(np.sum(rho))
+
+
+@dataclass
+class _BestSeen:
+    """The lowest-cost point least_squares evaluated: the answer when the time limit cuts it short."""
+    loss: str
+    u: np.ndarray | None = None
+    cost: float = math.inf
+    evaluations: int = 0
+
+    def offer(self, u: np.ndarray, f: np.ndarray) -> None:
+        self.evaluations += 1
+        c = robust_cost(f, self.loss)
+        if c < self.cost:
+            self.u, self.cost = np.array(u, dtype=float), c
+
+
 def _solve(ps: tuple[Param, ...], prior: dict, fixed: dict, data_residuals, loss: str,
-           max_nfev: int | None, extra_starts: int = 0) -> dict:
+           max_nfev: int | None, extra_starts: int = 0, deadline_s: float | None = None,
+           progress=None) -> dict:
     """least_squares over the coefficients `ps`, the others held at `fixed`; with `extra_starts`,
     also from that many points drawn from the prior (fixed seed), keeping the lowest cost: the
     time model has several local minima (a per-op overhead, a slower GEMM and a worse overlap
@@ -191,8 +232,17 @@ def _solve(ps: tuple[Param, ...], prior: dict, fixed: dict, data_residuals, loss
         v.update({p.name: min(max(p.from_internal(x), p.lo), p.hi) for p, x in zip(ps, u)})
         return v
 
-    def residuals(u):
+    def all_residuals(u):
         return np.concatenate([data_residuals(values(u)), (u - u_prior) / sig])
+
+    seen = _BestSeen(loss)
+
+    def residuals(u):
+        if past(deadline_s):
+            raise TimeUp
+        f = all_residuals(u)
+        seen.offer(u, f)
+        return f
 
     # Start strictly inside the bounds: trf scales the gradient by the distance to an active
     # bound, so a start on the bound (a prior of 0 latency, 0 context) would stop at once.
@@ -206,18 +256,33 @@ def _solve(ps: tuple[Param, ...], prior: dict, fixed: dict, data_residuals, loss
     while len(starts) < 1 + extra_starts:
         z = np.clip(rng.standard_normal(len(ps)), -2.0, 2.0)
         starts.append(np.clip(u_prior + z * sig, lo + inset, hi - inset))
-    res, nfev = None, 0
-    for u in starts:
-        r = least_squares(residuals, u, bounds=(lo, hi), loss=loss, f_scale=1.0, method="trf",
-                          diff_step=1e-6, x_scale=1.0, max_nfev=max_nfev, ftol=FTOL, xtol=XTOL)
+    best_x, best_cost, success, message, nfev, stopped = None, math.inf, False, "", 0, ""
+    for k, u in enumerate(starts, 1):
+        if progress and len(starts) > 1:
+            print(f"osdp-sim calibrate: time coefficients, start {k}/{len(starts)}", file=progress, flush=True)
+        try:
+            if best_x is not None and past(deadline_s):
+                raise TimeUp
+            r = least_squares(residuals, u, bounds=(lo, hi), loss=loss, f_scale=1.0, method="trf",
+                              diff_step=1e-6, x_scale=1.0, max_nfev=max_nfev, ftol=FTOL, xtol=XTOL)
+        except TimeUp:
+            if seen.u is None:                   # the limit passed before any evaluation
+                seen.offer(starts[0], all_residuals(starts[0]))
+            if seen.cost < best_cost - 1e-9:
+                best_x, best_cost = seen.u, seen.cost
+            stopped = (f"time limit reached during start {k} of {len(starts)}: kept the lowest-cost "
+                       f"coefficients of {seen.evaluations} evaluations")
+            success, message = False, stopped
+            nfev = seen.evaluations
+            break
+        if r.cost < best_cost - 1e-9:
+            best_x, best_cost, success, message = r.x, float(r.cost), bool(r.success), str(r.message)
         nfev += r.nfev
-        if res is None or r.cost < res.cost - 1e-9:
-            res = r
-    at_bound = [p.name for p, x, a, b, x0 in zip(ps, res.x, lo, hi, u_prior)
+    at_bound = [p.name for p, x, a, b, x0 in zip(ps, best_x, lo, hi, u_prior)
                 if min(abs(x - a), abs(x - b)) < 1e-6 and abs(x - x0) > 1e-6]
-    return {"values": {k: v for k, v in values(res.x).items() if k in {q.name for q in ps}},
-            "success": bool(res.success), "message": str(res.message), "nfev": int(nfev),
-            "cost": float(res.cost), "at_bound": at_bound}
+    return {"values": {k: v for k, v in values(best_x).items() if k in {q.name for q in ps}},
+            "success": success, "message": message, "nfev": int(nfev), "cost": best_cost,
+            "at_bound": at_bound, "stopped": stopped}
 
 
 def predict_runs(profile: HardwareProfile, runs) -> list[Prediction]:

@@ -8,7 +8,7 @@ So this is leave-one-plan-out, and it equals plain leave-one-out when no plan is
 import sys
 from dataclasses import dataclass
 
-from osdp_sim.calibrate.fit import FitResult, Prediction, Predictor, fit
+from osdp_sim.calibrate.fit import FitResult, Prediction, Predictor, TimeUp, fit, past
 
 
 @dataclass(frozen=True)
@@ -26,17 +26,21 @@ def plan_groups(runs) -> list[list[int]]:
     return list(groups.values())
 
 
-def leave_one_out(full: FitResult, base_profile, *, progress="stderr", loo_starts: int = 2) -> LooResult:
+def leave_one_out(full: FitResult, base_profile, *, progress="stderr", loo_starts: int = 2,
+                  deadline_s: float | None = None) -> LooResult:
     """Refit without each plan in turn (started from the full fit and from the prior,
     `loo_starts` starts in all; the prior stays on the measured values) and predict the left-out
     runs. A fold that would leave no run to fit on
-    predicts with the uncalibrated profile."""
+    predicts with the uncalibrated profile. Past `deadline_s` (time.monotonic()) it raises TimeUp
+    with the folds done: a fold cut short would not be an honest prediction."""
     progress = sys.stderr if progress == "stderr" else progress
     runs = list(full.runs)
     groups = plan_groups(runs)
     preds: list[Prediction | None] = [None] * len(runs)
     fitted = []
     for n, held in enumerate(groups, 1):
+        if past(deadline_s):
+            raise TimeUp(f"{n - 1} of {len(groups)} folds done")
         if progress:
             print(f"osdp-sim calibrate: leave-one-out fold {n}/{len(groups)} "
                   f"({runs[held[0]].model_name} {runs[held[0]].label})", file=progress, flush=True)
@@ -44,7 +48,9 @@ def leave_one_out(full: FitResult, base_profile, *, progress="stderr", loo_start
         if keep:
             f = fit(base_profile, keep, loss=full.loss, params=full.params, start=full.fitted,
                     sigma_time_log=full.sigma_time_log, sigma_memory_log=full.sigma_memory_log,
-                    starts=loo_starts)
+                    starts=loo_starts, deadline_s=deadline_s)
+            if f.stopped:
+                raise TimeUp(f"{n - 1} of {len(groups)} folds done")
             values = f.fitted
         else:
             values = {p.name: full.prior[p.name] for p in full.params}

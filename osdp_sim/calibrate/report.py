@@ -60,6 +60,7 @@ def render(cal: Calibration, *, plot_path: str | Path | None = None, report_path
               f"- Date: {cal.date}",
               f"- Command: `{cal.command}`" if cal.command else "",
               f"- Fit: scipy least_squares, loss `{r.loss}`, {r.nfev} evaluations, {r.message}",
+              *(f"- **Stopped by the time limit**: {why}" for why in cal.stopped),
               "- Measured iteration time = median over the timed steps of the slowest rank's step; "
               "measured peak memory = tracked peak, largest over ranks.", ""]
     lines = [l for l in lines if l is not None]

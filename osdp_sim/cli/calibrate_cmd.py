@@ -2,10 +2,15 @@
 
 import shlex
 import sys
+import time
 from pathlib import Path
 
-from osdp_sim.cli.common import positive_int
+from osdp_sim.cli.common import check_seconds, positive_int
 from osdp_sim.fileio import check_writable, write_text_atomic
+
+# 32 CPU records with leave-one-out take 3-5 minutes on 2 cores (validate/records/cpu/n2)
+DEFAULT_TIME_LIMIT_S = 1800.0
+EXIT_STOPPED = 4
 
 HELP = ("fit a hardware profile's efficiency, latency, overlap and memory coefficients to measured "
         "runs (validation records); report errors before, after and leave-one-out")
@@ -32,6 +37,11 @@ def add_arguments(p) -> None:
                    help="memory limits for the search-pick check (default: two per model, between the "
                         "smallest and largest measured peak)")
     p.add_argument("--no-loo", action="store_true", help="skip leave-one-out (faster, less honest)")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, metavar="S",
+                   help="time limit of the whole command in seconds: past it the fit keeps the best "
+                        "coefficients found so far, leave-one-out is not run (or not reported), the profile "
+                        "and report are written and say so, and the exit code is 4 "
+                        f"(default {DEFAULT_TIME_LIMIT_S:g})")
     p.add_argument("--starts", type=positive_int, metavar="N",
                    help="fit the time coefficients from N starting points (the prior and N-1 drawn from "
                         "it, fixed seed) and keep the best; default calibrate/fit.py's STARTS (8)")
@@ -47,6 +57,8 @@ def run(args) -> int:
     from osdp_sim.hardware.load import load_profile
     from osdp_sim.units import parse_bytes
 
+    deadline_s = time.monotonic() + args.time_limit if args.time_limit is not None else None
+    check_seconds(args.time_limit, "--time-limit")
     for path, flag in ((args.output, "-o"), (args.report, "--report"), (args.plot, "--plot")):
         if path:
             check_writable(path, flag)       # before the fit, not after minutes of it
@@ -67,7 +79,7 @@ def run(args) -> int:
         if len(sys.argv) > 1 and sys.argv[1] == "calibrate" else ""
     cal = calibrate(profile, runs, excluded=excluded, eval_runs=eval_runs, loss=args.loss, params=params,
                     loo=not args.no_loo, limits=limits, command=command, record_dirs=args.records,
-                    name=args.name, starts=args.starts or STARTS)
+                    name=args.name, starts=args.starts or STARTS, deadline_s=deadline_s)
     out = Path(args.output)
     save_profile(cal.result.profile, out,
                  header_comment=f"Calibrated by osdp-sim calibrate on {len(runs)} runs ({cal.date}).\n"
@@ -78,6 +90,10 @@ def run(args) -> int:
     if args.report:
         write_report(Path(args.report), text)
     _summary(cal, out, args)
+    if cal.stopped:
+        for why in cal.stopped:
+            print(f"osdp-sim calibrate: stopped by --time-limit {args.time_limit:g}: {why}", file=sys.stderr)
+        return EXIT_STOPPED
     return 0
 
 

@@ -65,12 +65,14 @@ def percent(text: str) -> float:
 
 
 def positive_float(text: str) -> float:
+    """A positive, finite number (inf would make a time limit or a size unbounded)."""
+    import math
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not v > 0.0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    if not (v > 0.0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number, got {text!r}")
     return v
 
 
@@ -101,8 +103,8 @@ def run_reporting(fn, prog: str) -> int:
     except UserError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:       # Ctrl-C, or SIGTERM where a command turns it into this
+        print(f"{prog}: interrupted" + (f" ({e})" if str(e) else ""), file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
@@ -111,3 +113,22 @@ def run_reporting(fn, prog: str) -> int:
 def run_script(main) -> int:
     """run_reporting for the scripts under bench/ and validate/, named as they were started."""
     return run_reporting(main, Path(sys.argv[0]).name)
+
+
+def check_plot_path(path: str, field: str) -> None:
+    """A --plot PNG (an SVG is written beside it): the suffix, and both files writable, before the
+    work that makes the picture."""
+    from osdp_sim.fileio import check_writable
+    p = Path(path)
+    if p.suffix.lower() != ".png":
+        raise UserError(f"expected a .png path, got {path!r} (an SVG is written beside it)", field=field)
+    check_writable(p, field)
+    check_writable(p.with_suffix(".svg"), field)
+
+
+def check_seconds(value: float | None, field: str) -> None:
+    """A time limit or timeout: a positive, finite number of seconds (NaN would never expire, 0 or
+    less would stop the work before it starts). A UserError naming the flag otherwise."""
+    import math
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UserError(f"expected a positive, finite number of seconds, got {value:g}", field=field)

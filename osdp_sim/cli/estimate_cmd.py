@@ -2,7 +2,7 @@
 
 import json
 
-from osdp_sim.cli.common import add_hw_args, add_model_args, load_hw, load_spec, positive_int
+from osdp_sim.cli.common import add_hw_args, add_model_args, check_plot_path, load_hw, load_spec, positive_int
 from osdp_sim.errors import UserError
 from osdp_sim.units import format_bytes, format_seconds
 
@@ -13,23 +13,50 @@ def add_arguments(p) -> None:
     add_hw_args(p)
     add_model_args(p, required=False)
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--plan", help="a plan file (from osdp-sim search -o)")
+    src.add_argument("--plan", help="a plan file (from osdp-sim search -o); it fixes the model, batch, "
+                     "precision, optimizer, checkpointing and devices, so the flags that set those are "
+                     "errors with it")
     src.add_argument("--strategy", choices=("ddp", "zero2", "zero3"), help="a uniform plan")
     p.add_argument("--micro-batch", type=positive_int, help="micro-batch size per device (uniform plans)")
-    p.add_argument("--grad-accum", type=positive_int, default=1, help="gradient accumulation steps")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
-    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
+    p.add_argument("--grad-accum", type=positive_int, help="gradient accumulation steps (default 1)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), help="default bf16")
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), help="default adamw")
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing on every block")
     p.add_argument("--shard-group", type=positive_int, help="hybrid sharding: shard within groups of this size")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--timeline", action="store_true", help="with --json: include the simulated task timeline")
-    p.add_argument("--plot", help="write the simulated timeline and the plan strip to this PNG (and SVG)")
+    p.add_argument("--plot", metavar="PNG",
+                   help="write the simulated timeline and the plan strip to this PNG (and an SVG beside it)")
+
+
+# Flags that shape a uniform plan; a plan file fixes all of them.
+_UNIFORM_FLAGS = (("model", "--model"), ("seq_len", "--seq-len"), ("micro_batch", "--micro-batch"),
+                  ("grad_accum", "--grad-accum"), ("precision", "--precision"), ("optimizer", "--optimizer"),
+                  ("checkpoint", "--checkpoint"), ("shard_group", "--shard-group"))
+
+
+def check_args(args) -> None:
+    """Flags that would be ignored are errors, before any file is read."""
+    if args.plan:
+        for attr, flag in _UNIFORM_FLAGS:
+            if getattr(args, attr) not in (None, False):
+                raise UserError(f"conflicts with --plan: the plan file fixes it; drop {flag} (or make a "
+                                f"uniform plan with --strategy instead of --plan)", field=flag)
+    if args.timeline and not args.json:
+        raise UserError("only adds the task timeline to the --json output; add --json (or use --plot "
+                        "for a picture of it)", field="--timeline")
+    if args.plot:
+        check_plot_path(args.plot, "--plot")
 
 
 def _plan(args, hw):
     from osdp_sim.plan import load_plan, uniform_plan
     if args.plan:
         plan = load_plan(args.plan)
+        if args.gpus and args.gpus != plan.devices:
+            raise UserError(f"the plan was made for {plan.devices} devices, not {args.gpus}; drop --gpus "
+                            f"(a plan fixes its device count) or make a plan for {args.gpus} (osdp-sim "
+                            f"search ... --gpus {args.gpus} -o plan.json)", field="--gpus")
         if plan.devices > hw.device.count:
             raise UserError(f"the plan is for {plan.devices} devices but the profile {hw.name!r} has "
                             f"{hw.device.count}", source=args.plan, field="devices")
@@ -42,17 +69,26 @@ def _plan(args, hw):
     devices = hw.device.count
     shard = args.shard_group or devices
     if devices % shard:
-        raise UserError(f"--shard-group {shard} must divide the device count {devices}", field="--shard-group")
+        raise UserError(f"{shard} must divide the device count {devices}", field="--shard-group")
+    if args.shard_group and args.strategy == "ddp":
+        raise UserError("has no effect with --strategy ddp (nothing is sharded); drop it or use zero2/zero3",
+                        field="--shard-group")
     plan = uniform_plan(cfg, args.strategy, devices=devices, micro_batch=args.micro_batch,
-                        checkpoint=args.checkpoint, grad_accum=args.grad_accum,
-                        precision=args.precision, optimizer=args.optimizer, shard_group=shard)
+                        checkpoint=args.checkpoint, grad_accum=args.grad_accum or 1,
+                        precision=args.precision or "bf16", optimizer=args.optimizer or "adamw",
+                        shard_group=shard)
     return plan, hw
 
 
 def run(args) -> int:
     from osdp_sim.costmodel import estimate
     from osdp_sim.model.spec import build_spec
-    hw = load_hw(args)
+    check_args(args)
+    if args.plan:                     # the plan fixes the device count; _plan checks --gpus against it
+        from osdp_sim.hardware.load import load_profile
+        hw = load_profile(args.hw)
+    else:
+        hw = load_hw(args)
     plan, hw = _plan(args, hw)
     spec = build_spec(plan.model)
     est = estimate(spec, hw, plan)

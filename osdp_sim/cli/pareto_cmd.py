@@ -7,6 +7,7 @@ from pathlib import Path
 from osdp_sim.cli.common import load_hw, load_spec
 from osdp_sim.cli.search_cmd import add_space_arguments, build_space, describe_space, progress
 from osdp_sim.errors import UserError
+from osdp_sim.fileio import check_writable
 from osdp_sim.units import format_bytes, parse_bytes
 
 HELP = "plot the exact throughput vs peak-memory Pareto front (PNG + SVG) and write it as CSV"
@@ -42,6 +43,9 @@ def run(args) -> int:
     out = Path(args.output)
     if out.suffix.lower() != ".png":
         raise UserError(f"expected a .png path, got {args.output!r}", field="-o")
+    for path, flag in ((out, "-o"), (out.with_suffix(".svg"), "-o"),
+                       (args.csv or out.with_suffix(".csv"), "--csv" if args.csv else "-o")):
+        check_writable(path, flag)                 # before the front, not after it
     limits = [parse_bytes(t, field="--mem-limit") for t in args.mem_limit]
     resolution = 0 if args.resolution.strip() in ("0", "0B") else parse_bytes(args.resolution, field="--resolution")
     if args.time_limit is not None and args.time_limit <= 0:

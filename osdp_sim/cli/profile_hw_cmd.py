@@ -9,6 +9,7 @@ import shlex
 import sys
 import time
 
+from osdp_sim.cli.common import check_seconds
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import check_writable
 from osdp_sim.units import format_bytes, parse_bytes
@@ -43,10 +44,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--nominal-bandwidth-gbps", type=float, default=None, metavar="GBPS",
                         help="nominal memory bandwidth; the measured one becomes its efficiency")
     parser.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
-                        help="stop every rank after this long (default 3600)")
+                        help="time limit of the whole measurement, the ranks' start-up included: past "
+                             "it every rank is stopped and nothing is written (default 3600)")
 
 
 def run(args) -> int:
+    started_s = time.monotonic()                 # --timeout bounds the whole command
     cfg, name = _config(args)
     check_writable(args.output, "-o")         # before minutes of measuring, not after
     torchrun = _under_torchrun()
@@ -63,7 +66,7 @@ def run(args) -> int:
     from osdp_sim.profiler.run import ProfilingFailed, finish_rank, measure_rank, profile_ranks
     if not torchrun:
         try:
-            merged = profile_ranks(cfg)
+            merged = profile_ranks(cfg, started_s=started_s)
         except ProfilingFailed as e:
             raise UserError(f"profiling failed: {e}") from None
         _write(args, cfg, name, merged, command, date, time.perf_counter() - start_s, load_before)
@@ -95,7 +98,9 @@ def _write(args, cfg, name: str, merged: dict, command: str, date: str, took_s: 
     header = (f"Measured by: {command}\nDate: {date}\nMachine: {machine}\n"
               f"Took {took_s:.0f} s. Provenance (at the end) records every measurement's spread.")
     save_profile(profile, args.output, header)
-    print(f"wrote {args.output} ({profile.name}: {cfg.nproc} ranks, took {took_s:.0f} s)", file=sys.stderr)
+    # the progress lines are rank 0's; the profile holds the median over ranks
+    print(f"wrote {args.output} ({profile.name}: {cfg.nproc} ranks, took {took_s:.0f} s; overlap slowdown "
+          f"{profile.overlap_slowdown:g}, from the median over ranks)", file=sys.stderr)
 
 
 def _config(args):
@@ -110,24 +115,33 @@ def _config(args):
     if "fp32" not in dtypes or "bf16" not in dtypes:
         raise UserError("fp32 and bf16 are required by the profile schema; e.g. --dtype fp32,bf16",
                         field="--dtype")
+    if args.device == "cuda" and not _under_torchrun():
+        # before the rank count: with no GPU the default count is 0, which is not the problem
+        from osdp_sim.runtime.launch import check_gpus
+        check_gpus(1, "profiling cuda devices", field="--device")
     nproc = args.nproc if args.nproc is not None else _default_nproc(args.device)
     if nproc < 2 and not _under_torchrun():
         raise UserError(f"collectives need at least 2 ranks, got {nproc}", field="--nproc")
-    if args.device == "cuda" and not _under_torchrun():
-        gpus = _cuda_count()
-        if gpus == 0:
-            raise UserError("no CUDA device visible to torch; use --device cpu", field="--device")
-        if nproc > gpus:
-            raise UserError(f"{nproc} ranks but only {gpus} GPUs visible", field="--nproc")
+    if args.device == "cpu" and not _under_torchrun():
+        from osdp_sim.runtime.launch import check_cpu_ranks
+        check_cpu_ranks(nproc, field="--nproc")
+    if args.device == "cuda" and not _under_torchrun() and nproc > _cuda_count():
+        raise UserError(f"{nproc} ranks but only {_cuda_count()} GPUs visible (one per NCCL rank)",
+                        field="--nproc")
     max_message = parse_bytes(args.max_message_bytes or _DEFAULT_MAX_MESSAGE[args.device],
                               field="--max-message-bytes")
     if max_message < 4096:
         raise UserError(f"must be at least 4KiB, got {format_bytes(max_message)}", field="--max-message-bytes")
-    if args.timeout <= 0:
-        raise UserError(f"must be positive, got {args.timeout}", field="--timeout")
+    from osdp_sim.runtime.launch import physical_memory_bytes
+    ram = physical_memory_bytes()
+    if args.device == "cpu" and ram and 2 * max_message * nproc > ram:
+        # every CPU rank holds a full-size input or output buffer (plus its shard) at the largest size
+        raise UserError(f"{nproc} ranks x 2 x {format_bytes(max_message)} of buffers exceed this machine's "
+                        f"{format_bytes(ram)} of memory; give a smaller size", field="--max-message-bytes")
+    check_seconds(args.timeout, "--timeout")
     bw = args.nominal_bandwidth_gbps
-    if bw is not None and not bw > 0:
-        raise UserError(f"must be positive, got {bw}", field="--nominal-bandwidth-gbps")
+    if bw is not None and not 0 < bw < float("inf"):
+        raise UserError(f"must be a positive, finite number, got {bw}", field="--nominal-bandwidth-gbps")
     name = args.name or os.path.splitext(os.path.basename(args.output))[0] or "measured"
     cfg = ProfileConfig(device=args.device, nproc=nproc, dtypes=dtypes, quick=args.quick, tiny=args.tiny,
                         max_message_bytes=max_message, timeout_s=args.timeout,

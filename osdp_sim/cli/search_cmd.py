@@ -6,6 +6,7 @@ import sys
 
 from osdp_sim.cli.common import add_hw_args, add_model_args, load_hw, load_spec, percent, positive_int
 from osdp_sim.errors import UserError
+from osdp_sim.fileio import check_writable
 from osdp_sim.search.keygraph import GraphCaps
 from osdp_sim.units import format_bytes, parse_bytes
 
@@ -89,6 +90,9 @@ def build_space(args, spec, hw):
     from osdp_sim.plan import SPLITS, STRATEGIES
     from osdp_sim.search.space import SearchSpace
     strategies = _list_arg(args.strategies, "--strategies", STRATEGIES)
+    if args.no_split and args.splits:
+        raise UserError("conflicts with --splits (--no-split means --splits 1); give one of them",
+                        field="--no-split")
     splits = (1,) if args.no_split else (_list_arg(args.splits, "--splits", SPLITS, int) if args.splits
                                          else SearchSpace.splits)
     if 1 not in splits:
@@ -133,6 +137,8 @@ def run(args) -> int:
     from osdp_sim.search.knapsack import osdp_knapsack
     from osdp_sim.search.report import explain, format_report, result_to_json
 
+    if args.output:
+        check_writable(args.output, "-o")        # before the search, not after it
     limit = parse_bytes(args.mem_limit, field="--mem-limit")
     if args.time_limit is not None and args.time_limit < 0:
         raise UserError(f"expected a number of seconds >= 0, got {args.time_limit}", field="--time-limit")

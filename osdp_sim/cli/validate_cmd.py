@@ -4,14 +4,16 @@ import os
 import shutil
 import sys
 
-from osdp_sim.cli.common import add_model_args, byte_size, positive_int
+from osdp_sim.cli.common import add_model_args, byte_size, check_seconds, positive_int
 from osdp_sim.errors import UserError
+from osdp_sim.fileio import check_writable
 from osdp_sim.units import format_bytes, format_seconds
 
 HELP = "run a plan for real (N ranks, gloo on CPU or NCCL on GPU) and record measured vs predicted"
 
 EXIT_FAILED = 1
 EXIT_OOM = 3
+MAX_SEED = 2**32 - 1         # the ranks' token generators seed with seed * 100003 + rank (64 bits)
 
 
 def add_arguments(p) -> None:
@@ -23,9 +25,9 @@ def add_arguments(p) -> None:
                    help="hardware profile for the prediction: a YAML path or a shipped name")
     add_model_args(p, required=False)
     p.add_argument("--micro-batch", type=positive_int, help="micro-batch per rank (with --strategy)")
-    p.add_argument("--grad-accum", type=positive_int, default=1, help="with --strategy")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16", help="with --strategy")
-    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw", help="with --strategy")
+    p.add_argument("--grad-accum", type=positive_int, help="with --strategy (default 1)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), help="with --strategy (default bf16)")
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), help="with --strategy (default adamw)")
     p.add_argument("--checkpoint", action="store_true", help="with --strategy: checkpoint every block")
     p.add_argument("--nproc", type=positive_int,
                    help="ranks to start (default and required: the plan's device count)")
@@ -34,11 +36,14 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", choices=("fsdp2", "fairscale"), default="fsdp2")
     p.add_argument("--warmup", type=_nonneg_int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--iters", type=positive_int, default=10, help="timed steps (default 10)")
-    p.add_argument("--seed", type=_nonneg_int, default=0, help="model init and token seed (default 0)")
+    p.add_argument("--seed", type=_nonneg_int, default=0,
+                   help=f"model init and token seed, 0 to {MAX_SEED} (default 0)")
     p.add_argument("--threads", type=positive_int,
                    help="torch threads per rank (default: cores // ranks, at least 1)")
     p.add_argument("--timeout", type=float, default=300.0,
-                   help="seconds before every rank is stopped and the run counts as timeout (default 300)")
+                   help="time limit of the whole command in seconds, from its start (loading, prediction, "
+                        "the ranks' start-up and steps): past it every rank is stopped and the run is "
+                        "recorded as timeout (default 300)")
     p.add_argument("--mem-cap", type=byte_size,
                    help="per-rank memory cap (e.g. 200MiB): on CPU the run is 'oom' when the tracked "
                         "peak exceeds it; on GPU it is enforced with set_per_process_memory_fraction")
@@ -74,8 +79,9 @@ def _plan(args, hw, nproc_default: int):
         cfg = load_model_config(args.model, seq_len=args.seq_len)
         plan = uniform_plan(cfg, args.strategy, devices=args.nproc or nproc_default,
                             micro_batch=args.micro_batch, checkpoint=args.checkpoint,
-                            grad_accum=args.grad_accum, precision=args.precision,
-                            optimizer=args.optimizer, notes={"made_by": "osdp-sim validate --strategy"})
+                            grad_accum=args.grad_accum or 1, precision=args.precision or "bf16",
+                            optimizer=args.optimizer or "adamw",
+                            notes={"made_by": "osdp-sim validate --strategy"})
     nproc = args.nproc or plan.devices
     if nproc != plan.devices:
         raise UserError(f"--nproc {nproc} but the plan is for {plan.devices} devices; run with --nproc "
@@ -94,11 +100,47 @@ def predict(plan, hw) -> dict | None:
     return predicted_from_estimate(estimate(build_spec(plan.model), hw, plan))
 
 
+# Flags that shape a uniform plan; a plan file fixes all of them (and would silently win).
+_UNIFORM_FLAGS = (("model", "--model"), ("seq_len", "--seq-len"), ("micro_batch", "--micro-batch"),
+                  ("grad_accum", "--grad-accum"), ("precision", "--precision"), ("optimizer", "--optimizer"),
+                  ("checkpoint", "--checkpoint"))
+
+
+def check_args(args) -> None:
+    """What can be told from the flags alone, before any file is read or rank started."""
+    if args.plan:
+        for attr, flag in _UNIFORM_FLAGS:
+            if getattr(args, attr) not in (None, False):
+                raise UserError(f"conflicts with --plan: the plan file fixes it; drop {flag} (or run a "
+                                "uniform plan with --strategy instead of --plan)", field=flag)
+    check_seconds(args.timeout, "--timeout")
+    if args.threads and args.threads > _cores():
+        # more threads in one rank than cores only oversubscribes; 100000 failed in torch's setup
+        raise UserError(f"expected at most {_cores()} (the cores this process may use), got {args.threads}",
+                        field="--threads")
+    if args.seed > MAX_SEED:
+        raise UserError(f"expected at most {MAX_SEED}, got {args.seed}", field="--seed")
+    if args.output:
+        check_writable(args.output, "-o")
+    else:
+        check_writable(args.records_dir, "--records-dir", folder=True)
+    if args.run_dir:
+        check_writable(args.run_dir, "--run-dir", folder=True)
+
+
+def _cores() -> int:
+    from osdp_sim.runtime.launch import available_cores
+    return available_cores()
+
+
 def run(args) -> int:
+    import time
     from osdp_sim.hardware.load import load_profile, resolve_profile_path
     from osdp_sim.plan import plan_to_dict
     from osdp_sim.runtime import launch as launcher
 
+    started_s = time.monotonic()                     # --timeout covers the whole command
+    check_args(args)
     torchrun = launcher.under_torchrun()
     world = int(os.environ["WORLD_SIZE"]) if torchrun else None
     hw = load_profile(args.hw)
@@ -112,6 +154,9 @@ def run(args) -> int:
         launcher.check_gpus(plan.devices if not torchrun else int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
                             "--device cuda" if args.device else f"the profile {hw.name!r} describes cuda devices",
                             field="--device")
+    if device == "cpu" and not torchrun:
+        launcher.check_cpu_ranks(plan.devices, source=args.plan,
+                                 field="devices" if args.plan else "--nproc")
     if plan.devices > hw.device.count:
         print(f"osdp-sim validate: note: the profile {hw.name!r} describes {hw.device.count} devices; "
               f"predicting for {plan.devices}", file=sys.stderr)
@@ -133,7 +178,8 @@ def run(args) -> int:
         if outcome is None:
             return 0                                   # not rank 0: rank 0 writes the record
     else:
-        outcome = launcher.launch(spec, plan.devices, timeout_s=args.timeout, run_dir=args.run_dir)
+        outcome = launcher.launch(spec, plan.devices, timeout_s=args.timeout, run_dir=args.run_dir,
+                                  started_s=started_s)
 
     if torchrun and outcome.status == "failed" and _cause_already_recorded(args, outcome, plan, spec):
         sys.stderr.flush()

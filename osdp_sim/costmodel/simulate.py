@@ -8,6 +8,8 @@ coefficient): a compute task C overlapped by a collective A both stretch, so a f
 window costs max(C, A) + (slowdown - 1) * min(C, A).
 """
 
+import bisect
+import itertools
 from dataclasses import dataclass, field
 
 STREAMS = ("compute", "comm")
@@ -92,12 +94,16 @@ def simulate(tasks: list[Task], slowdown: float = 1.0) -> float:
 def exposed_comm_s(tasks: list[Task]) -> dict[int, float]:
     """For each comm task, the part of its run during which the compute stream was idle."""
     busy = sorted((t.start_s, t.end_s) for t in tasks if t.stream == "compute" and t.end_s > t.start_s)
+    # Intervals before the first whose end (running maximum) passes a task's start are all skipped
+    # by the loop below: bisect to it instead of walking from the first (quadratic in layers).
+    ends_max = list(itertools.accumulate((b for _, b in busy), max))
     out = {}
     for i, t in enumerate(tasks):
         if t.stream != "comm":
             continue
         covered = 0.0
-        for a, b in busy:
+        for k in range(bisect.bisect_right(ends_max, t.start_s), len(busy)):
+            a, b = busy[k]
             if b <= t.start_s:
                 continue
             if a >= t.end_s:

@@ -129,11 +129,7 @@ class ModelSpec:
     @cached_property
     def plan_keys(self) -> tuple[str, ...]:
         """Plan entries in forward order, 'root' first."""
-        keys: list[str] = []
-        for g in self.groups:
-            if g.plan_key not in keys:
-                keys.append(g.plan_key)
-        return tuple(keys)
+        return tuple(dict.fromkeys(g.plan_key for g in self.groups))
 
     def params_of(self, plan_key: str) -> int:
         return sum(g.param_count for g in self.groups if g.plan_key == plan_key)

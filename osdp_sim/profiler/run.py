@@ -141,9 +141,22 @@ def _tail(path: Path, chars: int = 2000) -> str:
         return ""
 
 
-def profile_ranks(cfg: ProfileConfig) -> dict:
+def profile_ranks(cfg: ProfileConfig, started_s: float | None = None) -> dict:
     """Start cfg.nproc local ranks, wait for rank 0's merged measurements, leave no process behind.
-    Rank 0's progress goes to this process's stderr; the other ranks' stderr is shown on failure."""
+    Rank 0's progress goes to this process's stderr; the other ranks' stderr is shown on failure.
+    SIGTERM is turned into KeyboardInterrupt meanwhile, so that the ranks are stopped and the
+    temporary folder removed on it too (the default action would leave both behind).
+    `started_s` (time.monotonic()): when the command began, so that cfg.timeout_s bounds it as a
+    whole (default: from here)."""
+    from osdp_sim.runtime.launch import _install_term_handler, _restore_term_handler
+    prev_term = _install_term_handler()
+    try:
+        return _profile_ranks(cfg, time.monotonic() if started_s is None else started_s)
+    finally:
+        _restore_term_handler(prev_term)
+
+
+def _profile_ranks(cfg: ProfileConfig, started_s: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="osdp-profile-") as tmp:
         tmp_path = Path(tmp)
         cfg_path, out_path = tmp_path / "config.json", tmp_path / "measurements.json"
@@ -163,7 +176,7 @@ def profile_ranks(cfg: ProfileConfig) -> dict:
                                               env=env, stdout=subprocess.DEVNULL, stderr=err))
                 if err is not None:
                     err.close()
-            _wait(procs, logs, out_path, cfg.timeout_s)
+            _wait(procs, logs, out_path, cfg.timeout_s, started_s)
             return json.loads(out_path.read_text())
         finally:
             for p in procs:
@@ -172,8 +185,8 @@ def profile_ranks(cfg: ProfileConfig) -> dict:
                 p.wait()
 
 
-def _wait(procs, logs, out_path: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+def _wait(procs, logs, out_path: Path, timeout_s: float, started_s: float) -> None:
+    deadline = started_s + timeout_s
     grace_end = None
     while True:
         codes = [p.poll() for p in procs]
@@ -182,7 +195,7 @@ def _wait(procs, logs, out_path: Path, timeout_s: float) -> None:
         if out_path.exists():
             # Results are written before teardown; a rank that hangs or aborts at exit after that
             # (a rare gloo teardown crash) costs nothing.
-            grace_end = grace_end or time.monotonic() + 10
+            grace_end = grace_end or min(time.monotonic() + 10, max(deadline, time.monotonic()))
             if time.monotonic() > grace_end or all(c is not None for c in codes):
                 return
         else:

@@ -111,6 +111,30 @@ def check_gpus(ranks_here: int, what: str, cpu_fix: str = "--device cpu", **wher
                         f"rank), torch sees {have}; use a plan for {have} devices, or {cpu_fix}", **where)
 
 
+# Resident memory of one idle rank: `python -c "import torch, torch.distributed"` peaks at 218 MiB
+# (torch 2.13 CPU, ru_maxrss), before any model.
+RANK_BASE_RSS_BYTES = 218 * 2**20
+
+
+def physical_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_cpu_ranks(nproc: int, **where) -> None:
+    """CPU ranks are processes on this machine: a count whose bare torch processes alone exceed
+    its memory would exhaust it before the first step; a UserError before any is started."""
+    from osdp_sim.errors import UserError
+    ram = physical_memory_bytes()
+    if ram and nproc * RANK_BASE_RSS_BYTES > ram:
+        most = ram // RANK_BASE_RSS_BYTES
+        raise UserError(f"{nproc} CPU ranks need at least {nproc * RANK_BASE_RSS_BYTES / 2**30:.1f} GiB "
+                        f"(about {RANK_BASE_RSS_BYTES >> 20} MiB each for torch alone), this machine has "
+                        f"{ram / 2**30:.1f} GiB; at most {most} ranks", **where)
+
+
 def machine_cpu_s() -> tuple[float, float] | None:
     """(busy, total) core-seconds the CPUs this process may run on (its affinity) have run since
     boot (Linux /proc/stat; iowait counts as idle); None elsewhere."""
@@ -180,10 +204,18 @@ def _env_defaults(device_kind: str, backend: str) -> dict:
 
 # ---------------------------------------------------------------- launching
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during launch(): every rank is gone; the message says where the run's
+    folder (rank logs, partial results) was left."""
+
+
 def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grace_s: float = GRACE_S,
-           run_dir: str | None = None, echo=sys.stderr, extra_env: dict | None = None) -> RunOutcome:
+           run_dir: str | None = None, echo=sys.stderr, extra_env: dict | None = None,
+           started_s: float | None = None) -> RunOutcome:
     """Run `spec` (see worker.run_rank) on `nproc` local ranks; always returns an outcome, with
-    every rank process (and its children) gone."""
+    every rank process (and its children) gone, or raises RunInterrupted on Ctrl-C / SIGTERM.
+    `started_s` (time.monotonic()): when the command began, if the timeout covers work before the
+    launch too (the default: from here)."""
     run_id = spec.get("run_id") or new_run_id()
     run_dir = Path(run_dir or tempfile.mkdtemp(prefix=f"osdp-sim-run-{run_id}-"))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -219,7 +251,10 @@ def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grac
                                  stdin=subprocess.DEVNULL, start_new_session=True)
             procs.append(p)
             _LIVE[p.pid] = p
-        status, failure = _monitor(procs, run_dir, timeout_s, echo)
+        status, failure = _monitor(procs, run_dir, timeout_s, echo,
+                                   t_start if started_s is None else started_s)
+    except KeyboardInterrupt as e:
+        raise RunInterrupted(f"{str(e) or 'Ctrl-C'}; every rank was stopped; rank logs kept in {run_dir}") from None
     finally:
         _terminate(procs, grace_s)
         for log in logs:
@@ -239,12 +274,11 @@ def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grac
                       wall_s=time.monotonic() - t_start)
 
 
-def _monitor(procs, run_dir: Path, timeout_s: float, echo) -> tuple[str, dict | None]:
+def _monitor(procs, run_dir: Path, timeout_s: float, echo, t_start: float) -> tuple[str, dict | None]:
     offsets = [0] * len(procs)
     done_ok = set()
     all_ok_at = None
-    t_start = time.monotonic()
-    pace = [Pace(t_start) for _ in procs]
+    pace = [Pace(time.monotonic()) for _ in procs]
     while True:
         _pump(procs, run_dir, offsets, echo, pace)
         failed = _newly_failed(procs, run_dir, done_ok)
