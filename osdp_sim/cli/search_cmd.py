@@ -159,12 +159,12 @@ class Budget:
     def left(self) -> float | None:
         return None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
 
-    def search_share(self) -> float | None:
+    def search_share(self, min_reserve_s: float = MIN_RESERVE_S, share: float = RESERVE_SHARE) -> float | None:
         """The search's limit: what is left less the reserve for everything after it."""
         left = self.left()
         if left is None:
             return None
-        reserve = min(max(MIN_RESERVE_S, RESERVE_SHARE * self.seconds), left / 2)
+        reserve = min(max(min_reserve_s, share * self.seconds), left / 2)
         return max(0.0, left - reserve)
 
 
@@ -259,9 +259,10 @@ def infeasible_message(spec, hw, limit, space, result, args, deadline: float | N
         msg += f", more than the {format_bytes(usable)} usable per device ({hw.device.name})"
     from osdp_sim.hardware.load import load_profile
     hints = []
-    for label, peak in _relaxations(spec, hw, space, load_profile(args.hw).device.count, deadline):
+    for label, peak, proven in _relaxations(spec, hw, space, load_profile(args.hw), deadline):
         if peak < least and peak <= usable:
-            hints.append(f"{label} (leanest plan {format_bytes(peak)}{', fits' if peak <= limit else ''})")
+            what = "leanest plan" if proven else "a plan of"
+            hints.append(f"{label} ({what} {format_bytes(peak)}{', fits' if peak <= limit else ''})")
     if hints:
         msg += ("; or " if least <= usable else ". To fit, try ") + "; or ".join(hints)
     return msg
@@ -271,11 +272,12 @@ def _round_up_mib(n_bytes: float) -> int:
     return int(-(-n_bytes // 2**20))
 
 
-def _relaxations(spec, hw, space, profile_devices: int, deadline: float | None = None):
-    """(label, least peak) with one restriction of the space lifted at a time: checkpointing, the
-    micro-batch, more devices (the profile's, or twice as many on a larger profile, each with
-    its own shard groups), sharding over all devices. Each least peak is min_peak() of that
-    space; one the deadline leaves unproven is left out."""
+def _relaxations(spec, hw, space, profile, deadline: float | None = None):
+    """(label, peak, proven) with one restriction of the space lifted at a time: checkpointing,
+    the micro-batch, more devices (all of the profile's, or twice as many on a larger profile,
+    each with its own shard groups), sharding over all devices. The peak is min_peak() of that
+    space (proven), or, when the deadline stops it, the leanest plan it found."""
+    from osdp_sim.costmodel import estimate
     from dataclasses import replace
 
     from osdp_sim.search.bnb import min_peak
@@ -286,9 +288,11 @@ def _relaxations(spec, hw, space, profile_devices: int, deadline: float | None =
         tried.append(("allowing checkpointing (drop --no-checkpoint)", hw, replace(space, checkpoint=(False, True))))
     if space.micro_batches is not None and min(space.micro_batches) > 1:
         tried.append(("micro-batch 1", hw, replace(space, micro_batches=(1,), global_batch=None)))
+    profile_devices = profile.device.count
+
     def on(devices: int):
         gb = space.global_batch if space.global_batch and space.global_batch % devices == 0 else None
-        return hw.with_devices(devices), replace(space, devices=devices, shard_groups=None, global_batch=gb)
+        return profile.with_devices(devices), replace(space, devices=devices, shard_groups=None, global_batch=gb)
 
     if n < profile_devices:
         tried.append((f"all {profile_devices} devices of the profile (--gpus {profile_devices})", *on(profile_devices)))
@@ -302,5 +306,7 @@ def _relaxations(spec, hw, space, profile_devices: int, deadline: float | None =
             break
         mp = min_peak(spec, h, sp, deadline=deadline)
         if mp.proven and math.isfinite(mp.peak_bytes):
-            out.append((label, mp.peak_bytes))
+            out.append((label, mp.peak_bytes, True))
+        elif mp.plan is not None:
+            out.append((label, estimate(spec, h, mp.plan).peak_memory_bytes, False))
     return out

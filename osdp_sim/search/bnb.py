@@ -78,6 +78,7 @@ class ParetoResult:
     evaluated: list                      # [(peak_bytes, samples_per_s)]
     seconds: float
     nodes: int
+    proven: bool = True                  # False: a deadline stopped it (the front is of what was searched)
 
 
 @dataclass
@@ -635,7 +636,10 @@ class _Search:
                 msg += "; " + _describe_unlisted(lister.unlisted_open)
             return SearchResult("time_limit", None, None, [], *counts, bound, math.inf, seconds, msg, math.nan,
                                 *tail, open_cfgs)
-        mp = min_peak(spec, hw, space, cache=problems, deadline=self.deadline)
+        # half of what is left: a caller may want to diagnose relaxed spaces within the same limit
+        now = time.perf_counter()
+        mp = min_peak(spec, hw, space, cache=problems,
+                      deadline=None if self.deadline is None else now + max(0.0, self.deadline - now) / 2)
         msg = (f"no plan fits {mem_limit_bytes / 2**30:.2f} GiB: the least peak memory in this space is "
                f"{'at least ' if not mp.proven else ''}{mp.peak_bytes / 2**30:.2f} GiB")
         return SearchResult("infeasible", None, None, [], *counts, 0.0, math.inf, time.perf_counter() - self.t0,
@@ -770,13 +774,16 @@ def min_peak(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSp
 
 
 def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSpace(), *,
-                 mem_range: tuple[float, float] | None = None, progress: bool = False) -> ParetoResult:
+                 mem_range: tuple[float, float] | None = None, progress: bool = False,
+                 deadline: float | None = None) -> ParetoResult:
     """Every (peak memory, samples/s) trade-off of the space at once: the DP of each
     configuration with no memory limit (or mem_range's upper end) keeps, per key, every label
     not dominated in (time, memory), so its complete plans contain the whole front; a label is
     also dropped when a plan already found uses no more memory and is at least as fast. Each
-    front point is what search() returns with that point's peak as the limit."""
+    front point is what search() returns with that point's peak as the limit. deadline
+    (time.perf_counter()): stop then; the result is of the configurations done (proven False)."""
     t0 = time.perf_counter()
+    proven = True
     lo, hi = mem_range if mem_range is not None else (0.0, float(hw.device.usable_memory_bytes))
     pq_max = _limit_q(hi, hw)
     cache: dict = {}
@@ -802,8 +809,14 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
             out[ok] = samples / sps[ok] / TIME_Q
             return out
 
-        r = eng.run(pq_max=pq_max, thr_fn=thr_fn)
+        if deadline is not None and time.perf_counter() > deadline:
+            proven = False
+            break
+        r = eng.run(pq_max=pq_max, thr_fn=thr_fn, deadline=deadline)
         nodes += r.stats.nodes
+        if not r.complete:
+            proven = False
+            break
         for f in r.finished:
             peak, sps = _finished_value(c.problem, f, hw)
             if len(evaluated) < EVALUATED_CAP:
@@ -820,7 +833,7 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
             plan = c.problem.plan(f.attn, f.mlp, f.ckpt)
             front.append((peak, sps, plan))
             best = sps
-    return ParetoResult(front, evaluated, time.perf_counter() - t0, nodes)
+    return ParetoResult(front, evaluated, time.perf_counter() - t0, nodes, proven)
 
 
 def _front_arrays(pts):
