@@ -18,7 +18,7 @@ from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model
 from osdp_sim.model.spec import build_spec
 from osdp_sim.search.bnb import DEFAULT_TIME_LIMIT_S, _limit_q, search
-from osdp_sim.search.mbbound import least_resident_bytes, micro_batch_bounds
+from osdp_sim.search.mbbound import floors, micro_batch_bounds
 from osdp_sim.search.problem import build_problem
 from osdp_sim.search.space import SearchSpace, group_choices
 
@@ -41,7 +41,7 @@ def error_lines(err: str) -> list[str]:
 # ---------------------------------------------------------------- the micro-batch bound
 
 def _bounds(spec, hw, space, limit, mbs):
-    return micro_batch_bounds(spec, hw, space, mbs, _limit_q(limit, hw), least_resident_bytes(spec, hw, space))
+    return micro_batch_bounds(spec, hw, space, mbs, _limit_q(limit, hw), floors(spec, hw, space))
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -66,8 +66,8 @@ def test_micro_batch_bound_is_admissible(seed):
 
 
 def test_compute_part_is_the_search_tables():
-    """Without memory pressure the bound is devices x micro-batch / compute, the compute being
-    the least over the choices of the search's own step tables (forward + backward)."""
+    """Without memory pressure the bound is devices x micro-batch / (compute + fixed terms), the
+    compute being the least over the choices of the search's own step tables (forward + backward)."""
     spec, hw = load_model("gpt2-tiny"), load_profile("titan8")
     space = SearchSpace(splits=(1, 2, 4))
     for mb in (1, 7, 64):
@@ -76,7 +76,9 @@ def test_compute_part_is_the_search_tables():
         work = pb.root.embed.f + pb.root.embed.b + pb.root.head.f + pb.root.head.b + sum(
             min(o.cf + o.cb for o in pb.shapes[bl.attn_shape]) + min(o.cf + o.cb for o in pb.shapes[bl.mlp_shape])
             for bl in pb.blocks)
-        assert 8 * mb / float(b.ub_samples_per_s[0]) == pytest.approx(work, rel=1e-9)
+        fixed = floors(spec, hw, space).fixed_s
+        assert fixed > 0
+        assert 8 * mb / float(b.ub_samples_per_s[0]) == pytest.approx(work + fixed, rel=1e-8)
 
 
 def test_open_micro_batches_are_bounded_not_enumerated():

@@ -203,7 +203,7 @@ def run(args) -> int:
         print(f"osdp-sim search: {msg}", file=sys.stderr)
         return 2
     progress(f"search {result.status} in {result.seconds:.2f} s; evaluating baselines ...")
-    baselines = uniform_baselines(spec, hw, limit, space, deadline=budget.deadline)
+    baselines = uniform_baselines(spec, hw, limit, space, deadline=budget.deadline, shares_after=1)
     if budget.left() is None or budget.left() > 0:
         knap = osdp_knapsack(spec, hw, limit, space, deadline=budget.deadline)
         baselines["osdp_knapsack"] = knapsack_baseline(knap)

@@ -88,10 +88,10 @@ def suffix_bound(spec: ModelSpec, hw: HardwareProfile, space, limit_bytes: float
     import numpy as np
 
     from osdp_sim.search.bnb import _limit_q
-    from osdp_sim.search.mbbound import least_resident_bytes, micro_batch_bounds
+    from osdp_sim.search.mbbound import floors, micro_batch_bounds
     if not mbs:
         return lambda mb: 0.0
-    b = micro_batch_bounds(spec, hw, space, mbs, _limit_q(limit_bytes, hw), least_resident_bytes(spec, hw, space))
+    b = micro_batch_bounds(spec, hw, space, mbs, _limit_q(limit_bytes, hw), floors(spec, hw, space))
     top = b.suffix_max()
     keys = b.micro_batches
 
@@ -114,15 +114,22 @@ def best_fitting(name: str, candidates: list[tuple[Plan, Estimate]], mem_limit_b
 
 
 def uniform_baselines(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space,
-                      strategies=UNIFORM, *, deadline: float | None = None) -> dict[str, Baseline]:
+                      strategies=UNIFORM, *, deadline: float | None = None,
+                      shares_after: int = 0) -> dict[str, Baseline]:
     """ddp, zero2, zero3 -> Baseline: each at its own best batch setting within the limit (the
     micro-batches no larger one of which can beat it, by mbbound.py's bound). deadline
-    (time.perf_counter()): a baseline not finished then says so in its note."""
+    (time.perf_counter()): each baseline gets an equal share of the time left (shares_after: as
+    many more shares are kept for what the caller runs next); one not finished in its share says
+    so in its note."""
     out = {}
-    for s in strategies:
-        b = best_fitting(s, uniform_candidates(spec, hw, space, s, mem_limit_bytes, deadline=deadline, prune=True),
+    for i, s in enumerate(strategies):
+        until = None
+        if deadline is not None:
+            now = time.perf_counter()
+            until = now + max(0.0, deadline - now) / (len(strategies) - i + shares_after)
+        b = best_fitting(s, uniform_candidates(spec, hw, space, s, mem_limit_bytes, deadline=until, prune=True),
                          mem_limit_bytes)
-        if deadline is not None and time.perf_counter() > deadline:
+        if until is not None and time.perf_counter() > until:
             b = replace(b, note="cut short at the time limit (best of the micro-batches tried)")
         out[s] = b
     return out

@@ -24,7 +24,7 @@ from osdp_sim.plan.plan import Plan
 from osdp_sim.search.dp import Engine, Finished
 from osdp_sim.search.keygraph import GraphCaps
 from osdp_sim.search.keystore import KeyStore
-from osdp_sim.search.mbbound import MicroBatchBounds, least_resident_bytes, micro_batch_bounds
+from osdp_sim.search.mbbound import MicroBatchBounds, floors, least_resident_bytes, micro_batch_bounds
 from osdp_sim.search.problem import Problem, build_problem
 from osdp_sim.search.space import (SearchSpace, devices_of, grad_accum_of, group_choices,
                                    shard_groups_of)
@@ -268,8 +268,8 @@ class _Lister:
         mbs = candidate_micro_batches(self.space, self.devices)
         if not mbs:
             return MicroBatchBounds(np.zeros(0, dtype=np.int64), np.zeros(0))
-        resident = least_resident_bytes(self.spec, self.hw, self.space, self.problems)
-        b = micro_batch_bounds(self.spec, self.hw, self.space, mbs, self.s.pq_max, resident)
+        floor = floors(self.spec, self.hw, self.space, self.problems)
+        b = micro_batch_bounds(self.spec, self.hw, self.space, mbs, self.s.pq_max, floor)
         keep = b.fits()
         if self.space.micro_batches is None and self.space.global_batch is None and keep.any():
             # the memory lower bound grows with the micro-batch: the largest that may fit, by bisection

@@ -17,7 +17,11 @@ checkpointed within the limit has no plan, and one at which keeping every block'
 does not fit must checkpoint blocks saving at least the excess: the least recompute that does,
 with blocks taken fractionally (a linear relaxation of that knapsack), is added to the compute.
 
-The bound at micro-batch b is b x devices / (compute + recompute), whatever the accumulation.
+Fixed terms. In every iteration some time passes with compute idle whatever the micro-batch:
+the root's all-gather before the first forward, its reduction after the last backward, the
+optimizer step after that (bounds.py counts each in full); the least over the choices is added.
+
+The bound at micro-batch b with accumulation m is b m devices / (m (compute + recompute) + fixed).
 """
 
 import math
@@ -32,7 +36,7 @@ from osdp_sim.costmodel.states import compute_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
 from osdp_sim.search.problem import build_problem, group_shape
-from osdp_sim.search.space import SearchSpace, devices_of, group_choices, shard_groups_of
+from osdp_sim.search.space import SearchSpace, devices_of, grad_accum_of, group_choices, shard_groups_of
 
 SAFETY = 1.0 - 1e-9              # float rounding between this closed form and the cost model's
 
@@ -87,25 +91,44 @@ def root_forward_s(g: OpGroup, hw: HardwareProfile, dtype: str, tokens: np.ndarr
     return gemms + _elementwise_s(hw, g.activations.bytes_per_token(cb) * tokens)
 
 
-def least_resident_bytes(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, cache: dict | None = None) -> float:
-    """The least resident bytes of the blocks over every choice and shard group (without
-    accumulation, whose resident gradients only add)."""
+@dataclass(frozen=True)
+class Floors:
+    """What no plan of the space goes below, whatever the micro-batch."""
+
+    resident_bytes: float                # the blocks' least resident bytes (no accumulation)
+    fixed_s: float                       # per iteration: the root's first gather and last reduction, the optimizer
+
+
+def floors(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, cache: dict | None = None) -> Floors:
+    """The least over every choice, shard group and root strategy of the blocks' resident
+    bytes, and of the time in every iteration with compute idle: the root's all-gather before
+    the first forward, its reduction after the last backward (bounds.py counts both in full)
+    and the optimizer step after it. None depends on the micro-batch; resident gradients under
+    accumulation only add."""
     devices = devices_of(space, hw)
     choices = group_choices(space)
     ckpt = tuple(sorted(set(space.checkpoint)))
-    best = math.inf
+    resident, fixed = math.inf, math.inf
     for sg in shard_groups_of(space, hw, devices):
-        cfg = Config(devices, 1, 1, sg, space.precision, space.optimizer, space.roots[0])
-        pb = build_problem(spec, hw, cfg, choices, ckpt, cache)
-        best = min(best, sum(min(o.res for o in pb.shapes[b.attn_shape]) + min(o.res for o in pb.shapes[b.mlp_shape])
-                             for b in pb.blocks))
-    return best
+        for root in space.roots:
+            cfg = Config(devices, 1, 1, sg, space.precision, space.optimizer, root)
+            pb = build_problem(spec, hw, cfg, choices, ckpt, cache)
+            shapes = [(pb.shapes[b.attn_shape], pb.shapes[b.mlp_shape]) for b in pb.blocks]
+            resident = min(resident, sum(min(o.res for o in a) + min(o.res for o in m) for a, m in shapes))
+            e = pb.root.embed
+            fixed = min(fixed, (e.agf or 0.0) + sum(w for (w, *_r) in e.rs) + pb.root.head.opt
+                        + sum(min(o.opt for o in a) + min(o.opt for o in m) for a, m in shapes))
+    return Floors(resident, fixed)
+
+
+def least_resident_bytes(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, cache: dict | None = None) -> float:
+    return floors(spec, hw, space, cache).resident_bytes
 
 
 def micro_batch_bounds(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, micro_batches,
-                       pq_max: float, resident_bytes: float) -> MicroBatchBounds:
-    """The bound at each micro-batch (module docstring); pq_max: the live-byte limit (fixed point),
-    resident_bytes: least_resident_bytes()."""
+                       pq_max: float, floor: Floors) -> MicroBatchBounds:
+    """The bound at each micro-batch (module docstring); pq_max: the live-byte limit (fixed point)."""
+    resident_bytes = floor.resident_bytes
     mbs = np.asarray(sorted(micro_batches), dtype=np.int64)
     tokens = mbs.astype(float) * spec.seq_len
     dtype = space.precision
@@ -150,8 +173,9 @@ def micro_batch_bounds(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace,
                 continue
             recompute[i] = cs[:j].sum() + cs[j] * (excess - (done[j - 1] if j else 0.0)) / sv[j]
     devices = devices_of(space, hw)
+    accum = np.array([grad_accum_of(space, int(mb), devices) or 1 for mb in mbs], dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ub = mbs * devices / ((compute + recompute) * SAFETY)
+        ub = mbs * accum * devices / ((accum * (compute + recompute) + floor.fixed_s) * SAFETY)
     ub = np.where(ok & np.isfinite(ub), ub, 0.0)
     ub = np.where(compute > 0, ub, np.where(ok, np.inf, 0.0))
     return MicroBatchBounds(mbs, ub)
