@@ -121,9 +121,11 @@ def _mem_lb_q(pb: Problem) -> float:
     return tot - 64.0 * (len(pb.blocks) + 2)
 
 
-def _configs(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, pq_max: int, cache: dict):
+def _configs(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, pq_max: int, cache: dict,
+             deadline: float | None = None):
     """Configurations in a fixed order, with micro-batches up to the largest at which the
-    memory lower bound still fits (the bound grows with the micro-batch)."""
+    memory lower bound still fits (the bound grows with the micro-batch); up to the deadline
+    (time.perf_counter()) if one is given."""
     devices = devices_of(space, hw)
     groups = shard_groups_of(space, hw, devices)
     choices = group_choices(space)
@@ -139,6 +141,8 @@ def _configs(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, pq_max: i
                 mb += 1
                 continue
         elif mb > MAX_MICRO_BATCH:
+            break
+        if deadline is not None and time.perf_counter() > deadline:
             break
         m = grad_accum_of(space, mb, devices)
         fits_any = False
@@ -194,7 +198,8 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     except OverflowError:
         raise UserError(f"{spec.name} on {hw.name} is beyond the search's fixed-point range (iteration times "
                         f"up to about {2 ** 62 * TIME_Q:.0f} s, peaks up to {2 ** 62 * MEM_Q / 2 ** 50:.0f} PiB); "
-                        "try smaller micro-batches (--micro-batch) or a smaller model") from None
+                        "try smaller micro-batches (--micro-batch), a smaller --global-batch or a smaller "
+                        "model") from None
 
 
 def _search(spec, hw, mem_limit_bytes, space, time_limit_s, top_k, progress, cache, graph_caps, rel_gap):
@@ -783,11 +788,11 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
     front point is what search() returns with that point's peak as the limit. deadline
     (time.perf_counter()): stop then; the result is of the configurations done (proven False)."""
     t0 = time.perf_counter()
-    proven = True
     lo, hi = mem_range if mem_range is not None else (0.0, float(hw.device.usable_memory_bytes))
     pq_max = _limit_q(hi, hw)
     cache: dict = {}
-    cfgs = [c for c in _configs(spec, hw, space, pq_max, cache) if c.mem_lb_q <= pq_max]
+    cfgs = [c for c in _configs(spec, hw, space, pq_max, cache, deadline) if c.mem_lb_q <= pq_max]
+    proven = deadline is None or time.perf_counter() <= deadline
     pts: list = []                       # (peak_q-based bytes, sps, cfg, Finished)
     evaluated: list = []
     nodes = 0

@@ -322,7 +322,8 @@ def micro_batch_candidates(space, hw: HardwareProfile) -> tuple[list[int], bool]
     from osdp_sim.search.space import devices_of
     if space.micro_batches is not None:
         return sorted(set(space.micro_batches)), False
-    top = space.global_batch // devices_of(space, hw) if space.global_batch else MAX_AUTO_MICRO_BATCH
+    top = min(space.global_batch // devices_of(space, hw), MAX_AUTO_MICRO_BATCH) if space.global_batch \
+        else MAX_AUTO_MICRO_BATCH
     return list(range(1, max(1, top) + 1)), True
 
 
