@@ -200,3 +200,15 @@ def test_pareto_keeps_its_time_limit_on_a_hard_instance(capsys, tmp_path):
                                "-o", str(tmp_path / "p.png")], capsys)
     assert rc == 0 and "not proven" in err
     assert secs < 5 + SLACK_S
+
+
+def test_gpu_count_hint_is_the_least_peak_on_that_many_devices(capsys):
+    # was: "(--gpus 8) (leanest plan about 33.21 MiB)": the 4-device run's shard group on 8 devices
+    from osdp_sim.search.bnb import min_peak
+    from osdp_sim.units import format_bytes
+    rc, _out, err, _ = run(["search", "--hw", "titan8", "--model", "gpt2-tiny", "--gpus", "4", "--mem-limit", "20MiB",
+                            "--no-split", "--micro-batch", "1", "--time-limit", "10"], capsys)
+    assert rc == 2
+    (msg,) = error_lines(err)
+    on8 = min_peak(load_model("gpt2-tiny"), load_profile("titan8"), SearchSpace(splits=(1,), micro_batches=(1,)))
+    assert f"(--gpus 8) (leanest plan {format_bytes(on8.peak_bytes)})" in msg
