@@ -164,12 +164,12 @@ def test_huge_model_and_micro_batch_are_clean(capsys, tmp_path):
     path = tmp_path / "huge.yaml"
     path.write_text("name: huge\nfamily: gpt2\nlayers: 2\nhidden: 1000000000\nheads: 4\nseq_len: 64\nvocab: 256\n")
     rc, _out, err, _ = run(["search", "--hw", "titan8", "--model", str(path), "--mem-limit", "8GiB",
-                            "--time-limit", "5"], capsys)
+                            "--time-limit", "3"], capsys)
     assert rc == 2
     (msg,) = error_lines(err)
     assert "no plan of huge fits" in msg and "more than the 23.00 GiB usable" in msg and "--mem-limit" not in msg
     rc, _out, err, _ = run(["search", "--hw", "titan8", "--model", "gpt2-tiny", "--mem-limit", "8GiB",
-                            "--micro-batch", "100000000", "--time-limit", "5"], capsys)
+                            "--micro-batch", "100000000", "--time-limit", "3"], capsys)
     assert rc == 2
     (msg,) = error_lines(err)
     assert "no plan of gpt2-tiny fits" in msg
