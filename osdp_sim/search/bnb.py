@@ -427,13 +427,7 @@ class _Search:
         for c in cfgs:
             if until is not None and time.perf_counter() > until:
                 break
-            nb = len(c.problem.blocks)
-            fins = []
-            for i in range(len(c.problem.choices)):
-                for ck in c.problem.ckpt_options:
-                    _path, (t_q, peak_q) = c.engine.path([i] * nb, [i] * nb, [ck] * nb)
-                    fins.append(Finished(t_q, peak_q, [i] * nb, [i] * nb, [ck] * nb))
-            self.add(c, fins)
+            self.add(c, _uniform_finished(c.problem, c.engine))
 
     def add_plans(self, sub: SearchResult, lister: "_Lister") -> list:
         """The plans of a search of a nested space (without splits), which are plans of this one.
@@ -652,6 +646,17 @@ class _Search:
                             self.searched, min_peak_proven=mp.proven)
 
 
+def _uniform_finished(pb: Problem, eng: Engine) -> list:
+    """Every uniform plan (one choice everywhere, checkpointing on or off everywhere) of a problem."""
+    nb = len(pb.blocks)
+    fins = []
+    for i in range(len(pb.choices)):
+        for ck in pb.ckpt_options:
+            _path, (t_q, peak_q) = eng.path([i] * nb, [i] * nb, [ck] * nb)
+            fins.append(Finished(t_q, peak_q, [i] * nb, [i] * nb, [ck] * nb))
+    return fins
+
+
 def _thr_q(c: _Cfg, sps: float) -> float:
     """The iteration time (fixed point) a plan of c must beat to exceed sps samples/s."""
     return (c.problem.samples / sps / TIME_Q) if sps > 0 else math.inf
@@ -753,6 +758,9 @@ def min_peak(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSp
                 open_q = min(least, floor_q) if space.global_batch is not None else least
                 break
             eng = Engine(c.problem)
+            for f in _uniform_finished(c.problem, eng):      # a lean plan at once, should the deadline come
+                if f.peak_q < best_q:
+                    best_q, best = f.peak_q, (c, f)
             r = eng.run(pq_max=(best_q - 1) if math.isfinite(best_q) else math.inf, beam=BEAM, memory_only=True,
                         deadline=deadline)
             cand = min((f.peak_q for f in r.finished), default=math.inf)
