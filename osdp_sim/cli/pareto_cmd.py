@@ -5,10 +5,15 @@ import sys
 from pathlib import Path
 
 from osdp_sim.cli.common import load_hw, load_spec
-from osdp_sim.cli.search_cmd import add_space_arguments, build_space, describe_space, progress
+from osdp_sim.cli.search_cmd import (Budget, add_space_arguments, build_space, cap_to_device, describe_space,
+                                     progress, time_limit_arg)
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import check_writable
 from osdp_sim.units import format_bytes, parse_bytes
+
+PLOT_RESERVE_S = 3.0
+# A front is many searches: the README's sweep of a 48-layer model takes about 2 minutes.
+DEFAULT_TIME_LIMIT_S = 600.0
 
 HELP = "plot the exact throughput vs peak-memory Pareto front (PNG + SVG) and write it as CSV"
 
@@ -28,7 +33,11 @@ def add_arguments(p) -> None:
     p.add_argument("--resolution", metavar="SIZE", default="64MiB",
                    help="sweep: step at least this much below the previous limit; front points closer "
                         "together than this may be skipped (default 64MiB; 0 visits every front point)")
-    p.add_argument("--time-limit", type=float, metavar="S", help="sweep: time limit of each search() call")
+    p.add_argument("--time-limit", type=float, metavar="S", default=DEFAULT_TIME_LIMIT_S,
+                   help="end the command within S seconds; the front is then of what was searched, marked "
+                        f"not proven (default {DEFAULT_TIME_LIMIT_S:g}; 0 = no limit)")
+    p.add_argument("--call-time-limit", type=float, metavar="S",
+                   help="sweep: also a time limit for each search() call (default: what is left of --time-limit)")
     p.add_argument("--throughput", choices=("samples", "tokens"), default="samples",
                    help="the plot's y axis: samples/s or tokens/s (samples x sequence length), all devices")
 
@@ -48,28 +57,35 @@ def run(args) -> int:
         check_writable(path, flag)                 # before the front, not after it
     limits = [parse_bytes(t, field="--mem-limit") for t in args.mem_limit]
     resolution = 0 if args.resolution.strip() in ("0", "0B") else parse_bytes(args.resolution, field="--resolution")
-    if args.time_limit is not None and args.time_limit <= 0:
-        raise UserError(f"expected a positive number of seconds, got {args.time_limit}", field="--time-limit")
+    budget = Budget(time_limit_arg(args.time_limit))
+    call_limit = time_limit_arg(args.call_time_limit, "--call-time-limit", zero_is_none=False)
+    if call_limit == 0:
+        raise UserError("expected a positive number of seconds, got 0", field="--call-time-limit")
     hw = load_hw(args)
     spec = load_spec(args)
     space = build_space(args, spec, hw)
+    limits = [cap_to_device(lim, hw) for lim in limits]
 
     hi = parse_bytes(args.mem_max, field="--mem-max") if args.mem_max else float(hw.device.usable_memory_bytes)
+    hi = cap_to_device(hi, hw, "--mem-max")
+    # after the searches: the uniform plans and the plot (matplotlib alone takes about a second)
+    share = budget.search_share(min_reserve_s=PLOT_RESERVE_S, share=0.2)
+    search_until = None if share is None else budget.deadline - (budget.left() - share)
     progress(f"computing the Pareto front of {spec.name} on {hw.device.count} x {hw.device.name} "
              f"up to {format_bytes(hi)} ({args.method}) ...")
     if args.method == "front":
-        res = pareto_front(spec, hw, space, mem_range=(0.0, hi), progress=True)
-        proven = True
+        res = pareto_front(spec, hw, space, mem_range=(0.0, hi), progress=True, deadline=search_until)
+        proven = res.proven
     else:
         res, proven = sweep_front(spec, hw, space, hi, limits=tuple(limits), resolution_bytes=resolution,
-                                  time_limit_s=args.time_limit, progress=progress)
+                                  time_limit_s=call_limit, progress=progress, deadline=search_until)
     progress(f"front of {len(res.front)} plans from {len(res.evaluated):,} evaluated in {res.seconds:.2f} s"
-             + ("" if proven else "; some searches hit the time limit (points are best found, not proven)"))
+             + ("" if proven else "; the time limit stopped some searches (points are best found, not proven)"))
     uniform = {}
     for s in UNIFORM:
         if s in space.strategies:
             uniform[s] = [(e.peak_memory_bytes, e.samples_per_s)
-                          for _, e in uniform_candidates(spec, hw, space, s, hi)]
+                          for _, e in uniform_candidates(spec, hw, space, s, hi, deadline=budget.deadline)]
 
     title = f"{spec.name} on {hw.name}: {hw.device.count} x {hw.device.name}"
     subtitle = describe_space(space, hw) + "\nfront: " + (

@@ -2,18 +2,21 @@
 uniform baselines, the OSDP knapsack DP for comparison, a certificate and an explanation."""
 
 import json
+import math
 import sys
+import time
 
 from osdp_sim.cli.common import add_hw_args, add_model_args, load_hw, load_spec, percent, positive_int
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import check_writable
+from osdp_sim.search.bnb import DEFAULT_TIME_LIMIT_S
 from osdp_sim.search.keygraph import GraphCaps
 from osdp_sim.units import format_bytes, parse_bytes
 
-# On communication-bound rigs (PCIe) the exact search can take minutes on 48-layer models with
-# the full space (docs/search.md, "Performance and known limits"): by default stop and report the
-# proven gap rather than leave the user waiting.
-DEFAULT_TIME_LIMIT_S = 60.0
+# The time limit is the whole command's: the search gets what is left after this share (at least
+# MIN_RESERVE_S) for the baselines, the OSDP knapsack DP, the explanation and the output.
+RESERVE_SHARE = 0.1
+MIN_RESERVE_S = 1.0
 
 HELP = "find the plan of highest throughput within a memory limit (exact branch-and-bound)"
 
@@ -43,8 +46,8 @@ def add_arguments(p) -> None:
     p.add_argument("--mem-limit", required=True, metavar="SIZE",
                    help="peak memory limit per device, e.g. 8GiB, 16GB, 12000MiB")
     p.add_argument("--time-limit", type=float, metavar="S", default=DEFAULT_TIME_LIMIT_S,
-                   help="stop the search after S seconds and report the best plan so far with its proven "
-                        f"gap (default {DEFAULT_TIME_LIMIT_S:g}; 0 = run until optimal)")
+                   help="end the command within S seconds (search, baselines and all), with the best plan "
+                        f"so far and its proven gap (default {DEFAULT_TIME_LIMIT_S:g}; 0 = run until optimal)")
     p.add_argument("--gap", type=percent, default=0.0, metavar="PCT",
                    help="stop proving once no plan can beat the best found by more than PCT%% "
                         "(default 0: proven optimal); the report certifies the gap left")
@@ -131,40 +134,90 @@ def progress(msg: str) -> None:
     print(f"osdp-sim: {msg}", file=sys.stderr, flush=True)
 
 
+def time_limit_arg(seconds: float | None, flag: str = "--time-limit", zero_is_none: bool = True) -> float | None:
+    """A --time-limit value: a finite number of seconds >= 0 (0: no limit, when zero_is_none)."""
+    if seconds is None:
+        return None
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise UserError(f"expected a finite number of seconds >= 0, got {seconds}", field=flag)
+    return None if seconds == 0 and zero_is_none else float(seconds)
+
+
+def cap_to_device(limit_bytes: float, hw, flag: str = "--mem-limit") -> float:
+    """A memory limit above the device's usable memory is capped to it, with a note."""
+    usable = hw.device.usable_memory_bytes
+    if limit_bytes > usable:
+        progress(f"{flag} {format_bytes(limit_bytes)} is more than the {format_bytes(usable)} usable per device "
+                 f"({hw.device.name}); using {format_bytes(usable)}")
+        return float(usable)
+    return limit_bytes
+
+
+class Budget:
+    """The command's time limit as a deadline (time.perf_counter()); None: no limit."""
+
+    def __init__(self, seconds: float | None):
+        self.deadline = None if seconds is None else time.perf_counter() + seconds
+        self.seconds = seconds
+
+    def left(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
+
+    def search_share(self, min_reserve_s: float = MIN_RESERVE_S, share: float = RESERVE_SHARE) -> float | None:
+        """The search's limit: what is left less the reserve for everything after it."""
+        left = self.left()
+        if left is None:
+            return None
+        reserve = min(max(min_reserve_s, share * self.seconds), left / 2)
+        return max(0.0, left - reserve)
+
+
 def run(args) -> int:
-    from osdp_sim.search.baselines import knapsack_baseline, uniform_baselines
+    from osdp_sim.search.baselines import knapsack_baseline, skipped_baseline, uniform_baselines
     from osdp_sim.search.bnb import search
     from osdp_sim.search.knapsack import osdp_knapsack
     from osdp_sim.search.report import explain, format_report, result_to_json
 
     if args.output:
         check_writable(args.output, "-o")        # before the search, not after it
+    budget = Budget(time_limit_arg(args.time_limit))
     limit = parse_bytes(args.mem_limit, field="--mem-limit")
-    if args.time_limit is not None and args.time_limit < 0:
-        raise UserError(f"expected a number of seconds >= 0, got {args.time_limit}", field="--time-limit")
-    if args.time_limit == 0:
-        args.time_limit = None
     if args.gap >= 100.0:
         raise UserError(f"expected a percentage below 100, got {args.gap:g}", field="--gap")
     hw = load_hw(args)
     spec = load_spec(args)
     space = build_space(args, spec, hw)
+    limit = cap_to_device(limit, hw)
 
     progress(f"searching {spec.name} on {hw.device.count} x {hw.device.name} within {format_bytes(limit)}: "
              f"{describe_space(space, hw)} ...")
-    result = search(spec, hw, limit, space, time_limit_s=args.time_limit, top_k=args.top_k, progress=True,
+    result = search(spec, hw, limit, space, time_limit_s=budget.search_share(), top_k=args.top_k, progress=True,
                     graph_caps=GraphCaps(args.graph_max_keys, args.graph_max_sims), rel_gap=args.gap / 100.0)
-    if result.status == "infeasible" or result.plan is None:
-        msg = infeasible_message(spec, hw, limit, space, result, args)
+    if result.plan is None:
+        if result.status == "time_limit":
+            msg = (f"time limit reached before any plan was found (no plan can exceed "
+                   f"{result.best_bound:.4g} samples/s); a longer --time-limit searches further")
+            least = None
+        else:
+            msg = infeasible_message(spec, hw, limit, space, result, args, budget.deadline)
+            least = result.min_peak_memory_bytes
         if args.json:
-            print(json.dumps({"status": "infeasible", "model": spec.name, "hardware": hw.name,
+            print(json.dumps({"status": result.status, "model": spec.name, "hardware": hw.name,
                               "devices": hw.device.count, "mem_limit_bytes": limit,
-                              "min_peak_memory_bytes": result.min_peak_memory_bytes, "message": msg}, indent=1))
+                              "min_peak_memory_bytes": least if least is None or math.isfinite(least) else None,
+                              "min_peak_proven": result.min_peak_proven, "message": msg}, indent=1))
         print(f"osdp-sim search: {msg}", file=sys.stderr)
         return 2
     progress(f"search {result.status} in {result.seconds:.2f} s; evaluating baselines ...")
-    baselines = uniform_baselines(spec, hw, limit, space)
-    baselines["osdp_knapsack"] = knapsack_baseline(osdp_knapsack(spec, hw, limit, space))
+    baselines = uniform_baselines(spec, hw, limit, space, deadline=budget.deadline, shares_after=1)
+    if budget.left() is None or budget.left() > 0:
+        knap = osdp_knapsack(spec, hw, limit, space, deadline=budget.deadline)
+        baselines["osdp_knapsack"] = knapsack_baseline(knap)
+    else:
+        baselines["osdp_knapsack"] = skipped_baseline("osdp_knapsack", "time limit")
+    for b in baselines.values():
+        if b.note:
+            progress(f"baseline {b.name}: {b.note}")
     why = explain(spec, hw, result.plan, result.estimate, baselines)
 
     if args.output:
@@ -188,16 +241,36 @@ def _with_notes(result, spec, hw, limit):
     return replace(result.plan, notes=notes)
 
 
-def infeasible_message(spec, hw, limit, space, result, args) -> str:
-    """Nothing fits: the least peak memory any plan in the space reaches, and what would fit."""
+def infeasible_message(spec, hw, limit, space, result, args, deadline: float | None = None) -> str:
+    """Nothing fits: the least peak memory any plan in the space reaches (or a proven lower bound
+    on it when the time ran out), and what would fit on this device."""
     least = result.min_peak_memory_bytes
+    usable = hw.device.usable_memory_bytes
+    exact = result.min_peak_proven
     msg = (f"no plan of {spec.name} fits {format_bytes(limit)} per device on {hw.device.count} devices: "
-           f"the least peak memory any plan in the space reaches is {format_bytes(least)}. To fit, try "
-           f"--mem-limit {_round_up_mib(least)}MiB or more")
+           + (f"the least peak memory any plan in the space reaches is {format_bytes(least)}" if exact else
+              f"the least peak memory any plan in the space reaches is at least {format_bytes(least)} "
+              "(a proven bound: the least-peak search did not finish within the time limit)"))
+    found = None
+    if not exact and result.min_peak_plan is not None:
+        from osdp_sim.costmodel import estimate
+        found = estimate(spec, hw, result.min_peak_plan).peak_memory_bytes
+    if exact and least <= usable:
+        msg += f". To fit, try --mem-limit {_round_up_mib(least)}MiB or more"
+    elif found is not None and found <= usable:
+        msg += f"; the leanest plan found needs {format_bytes(found)}: try --mem-limit {_round_up_mib(found)}MiB"
+    elif least <= usable:
+        msg += f". To fit, --mem-limit must be at least {_round_up_mib(least)}MiB"
+    else:
+        msg += f", more than the {format_bytes(usable)} usable per device ({hw.device.name})"
     from osdp_sim.hardware.load import load_profile
-    for label, peak in _relaxations(spec, hw, space, load_profile(args.hw).device.count):
-        if peak < least:
-            msg += f"; or {label} (leanest plan about {format_bytes(peak)}{', fits' if peak <= limit else ''})"
+    hints = []
+    for label, peak, proven in _relaxations(spec, hw, space, load_profile(args.hw), deadline):
+        if peak < least and peak <= usable:
+            what = "leanest plan" if proven else "a plan of"
+            hints.append(f"{label} ({what} {format_bytes(peak)}{', fits' if peak <= limit else ''})")
+    if hints:
+        msg += ("; or " if least <= usable else ". To fit, try ") + "; or ".join(hints)
     return msg
 
 
@@ -205,39 +278,41 @@ def _round_up_mib(n_bytes: float) -> int:
     return int(-(-n_bytes // 2**20))
 
 
-def _relaxations(spec, hw, space, profile_devices: int):
-    """The leanest plan (ZeRO-3 everywhere in the finest split) with one restriction of the space
-    lifted at a time: checkpointing, a smaller micro-batch, more devices, sharding over all."""
+def _relaxations(spec, hw, space, profile, deadline: float | None = None):
+    """(label, peak, proven) with one restriction of the space lifted at a time: checkpointing,
+    the micro-batch, more devices (all of the profile's, or twice as many on a larger profile,
+    each with its own shard groups), sharding over all devices. The peak is min_peak() of that
+    space (proven), or, when the deadline stops it, the leanest plan it found."""
     from osdp_sim.costmodel import estimate
-    from osdp_sim.plan import SPLITS, GroupChoice, Plan
+    from dataclasses import replace
 
-    def leanest(devices: int, micro_batch: int, checkpoint: bool, shard: int, h=None) -> float:
-        k = max(SPLITS)
-        choices = {key: GroupChoice("zero3", 1 if key == "root" else k, 1 if key == "root" else k)
-                   for key in spec.plan_keys}
-        accum = max(1, space.global_batch // (devices * micro_batch)) if space.global_batch else 1
-        plan = Plan(model=spec.config, devices=devices, micro_batch=micro_batch, choices=choices,
-                    checkpoint=(checkpoint,) * spec.config.n_layers, grad_accum=accum,
-                    precision=space.precision, optimizer=space.optimizer, shard_group=min(shard, devices))
-        h = h or (hw if devices == hw.device.count else hw.with_devices(devices))
-        return estimate(spec, h, plan).peak_memory_bytes
-
+    from osdp_sim.search.bnb import min_peak
     from osdp_sim.search.space import devices_of, shard_groups_of
     n = devices_of(space, hw)
-    mb = min(space.micro_batches) if space.micro_batches else 1
-    ck = True in tuple(space.checkpoint)
-    shard = min(shard_groups_of(space, hw, n))
-    out = []
-    if not ck:
-        out.append(("allowing checkpointing (drop --no-checkpoint)", leanest(n, mb, True, shard)))
-    if mb > 1:
-        out.append(("micro-batch 1", leanest(n, 1, ck, shard)))
+    tried = []
+    if True not in space.checkpoint:
+        tried.append(("allowing checkpointing (drop --no-checkpoint)", hw, replace(space, checkpoint=(False, True))))
+    if space.micro_batches is not None and min(space.micro_batches) > 1:
+        tried.append(("micro-batch 1", hw, replace(space, micro_batches=(1,), global_batch=None)))
+    profile_devices = profile.device.count
+
+    def on(devices: int):
+        gb = space.global_batch if space.global_batch and space.global_batch % devices == 0 else None
+        return profile.with_devices(devices), replace(space, devices=devices, shard_groups=None, global_batch=gb)
+
     if n < profile_devices:
-        full = hw.with_devices(profile_devices)
-        out.append((f"all {profile_devices} devices of the profile (--gpus {profile_devices})",
-                     leanest(profile_devices, mb, ck, shard, full)))
+        tried.append((f"all {profile_devices} devices of the profile (--gpus {profile_devices})", *on(profile_devices)))
     else:
-        out.append((f"{2 * n} devices (a larger hardware profile)", leanest(2 * n, mb, ck, 2 * shard)))
-    if shard < n:
-        out.append(("sharding over all devices (drop --shard-group)", leanest(n, mb, ck, n)))
+        tried.append((f"{2 * n} devices (a larger hardware profile)", *on(2 * n)))
+    if min(shard_groups_of(space, hw, n)) < n:
+        tried.append(("sharding over all devices (drop --shard-group)", hw, replace(space, shard_groups=(n,))))
+    out = []
+    for label, h, sp in tried:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        mp = min_peak(spec, h, sp, deadline=deadline)
+        if mp.proven and math.isfinite(mp.peak_bytes):
+            out.append((label, mp.peak_bytes, True))
+        elif mp.plan is not None:
+            out.append((label, estimate(spec, h, mp.plan).peak_memory_bytes, False))
     return out

@@ -2,6 +2,7 @@
 and the root, each at its own best batch setting (highest samples/s that fits) and with
 checkpointing on or off for all blocks, as the search space allows."""
 
+import time
 from dataclasses import dataclass, field, replace
 
 from osdp_sim.costmodel import Estimate, estimate
@@ -26,6 +27,7 @@ class Baseline:
     checkpoint: bool | None                  # every block checkpointed (uniform plans)
     plan: Plan | None                        # when infeasible: its plan of least peak memory
     estimate: Estimate | None = field(default=None, repr=False)
+    note: str | None = None                  # e.g. cut or skipped at the command's time limit
 
     @property
     def checkpoint_label(self) -> str:
@@ -38,18 +40,32 @@ class Baseline:
         return {"feasible": self.feasible, "samples_per_s": self.samples_per_s,
                 "peak_memory_bytes": self.peak_memory_bytes, "iteration_time_s": self.iteration_time_s,
                 "micro_batch": self.micro_batch, "grad_accum": self.grad_accum,
-                "checkpoint": self.checkpoint_label if self.feasible else None}
+                "checkpoint": self.checkpoint_label if self.feasible else None,
+                **({"note": self.note} if self.note else {})}
+
+
+def skipped_baseline(name: str, why: str) -> Baseline:
+    return Baseline(name, False, None, None, None, None, None, None, None, note=f"skipped: {why}")
 
 
 def uniform_candidates(spec: ModelSpec, hw: HardwareProfile, space, strategy: str,
-                       mem_limit_bytes: float | None = None) -> list[tuple[Plan, Estimate]]:
+                       mem_limit_bytes: float | None = None, *, deadline: float | None = None,
+                       prune: bool = False) -> list[tuple[Plan, Estimate]]:
     """The uniform `strategy` plan at every batch setting and checkpoint option of the space.
     When the space leaves micro-batches open they rise until none of these plans fits
-    `mem_limit_bytes` (default: the device's usable memory)."""
+    `mem_limit_bytes` (default: the device's usable memory). prune: stop once no larger
+    micro-batch can beat the fastest fitting plan so far (mbbound.py); deadline
+    (time.perf_counter()): stop then (see cut_short)."""
     limit = mem_limit_bytes if mem_limit_bytes is not None else hw.device.usable_memory_bytes
     mbs, auto = micro_batch_candidates(space, hw)
+    beyond = suffix_bound(spec, hw, space, limit, mbs) if prune else None
     out = []
+    best = 0.0
     for mb in mbs:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        if beyond is not None and best > 0 and beyond(mb) <= best:
+            break
         here = []
         settings = settings_for(space, hw, mb)
         if strategy == "ddp":          # a shard group changes nothing for ddp
@@ -60,9 +76,29 @@ def uniform_candidates(spec: ModelSpec, hw: HardwareProfile, space, strategy: st
                                  BlockChoice(GroupChoice(strategy), GroupChoice(strategy), ck))
                 here.append((plan, estimate(spec, hw, plan)))
         out += here
+        best = max([best] + [e.samples_per_s for _, e in here if e.peak_memory_bytes <= limit])
         if auto and here and min(e.peak_memory_bytes for _, e in here) > limit:
             break
     return out
+
+
+def suffix_bound(spec: ModelSpec, hw: HardwareProfile, space, limit_bytes: float, mbs):
+    """mb -> an upper bound on the samples/s of any plan of the space at a micro-batch >= mb
+    (among mbs) within limit_bytes (mbbound.py)."""
+    import numpy as np
+
+    from osdp_sim.search.bnb import _limit_q
+    from osdp_sim.search.mbbound import floors, micro_batch_bounds
+    if not mbs:
+        return lambda mb: 0.0
+    b = micro_batch_bounds(spec, hw, space, mbs, _limit_q(limit_bytes, hw), floors(spec, hw, space))
+    top = b.suffix_max()
+    keys = b.micro_batches
+
+    def beyond(mb: int) -> float:
+        i = int(np.searchsorted(keys, mb))
+        return float(top[i]) if i < len(top) else 0.0
+    return beyond
 
 
 def best_fitting(name: str, candidates: list[tuple[Plan, Estimate]], mem_limit_bytes: float) -> Baseline:
@@ -78,16 +114,32 @@ def best_fitting(name: str, candidates: list[tuple[Plan, Estimate]], mem_limit_b
 
 
 def uniform_baselines(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space,
-                      strategies=UNIFORM) -> dict[str, Baseline]:
-    """ddp, zero2, zero3 -> Baseline: each at its own best batch setting within the limit."""
-    return {s: best_fitting(s, uniform_candidates(spec, hw, space, s, mem_limit_bytes), mem_limit_bytes)
-            for s in strategies}
+                      strategies=UNIFORM, *, deadline: float | None = None,
+                      shares_after: int = 0) -> dict[str, Baseline]:
+    """ddp, zero2, zero3 -> Baseline: each at its own best batch setting within the limit (the
+    micro-batches no larger one of which can beat it, by mbbound.py's bound). deadline
+    (time.perf_counter()): each baseline gets an equal share of the time left (shares_after: as
+    many more shares are kept for what the caller runs next); one not finished in its share says
+    so in its note."""
+    out = {}
+    for i, s in enumerate(strategies):
+        until = None
+        if deadline is not None:
+            now = time.perf_counter()
+            until = now + max(0.0, deadline - now) / (len(strategies) - i + shares_after)
+        b = best_fitting(s, uniform_candidates(spec, hw, space, s, mem_limit_bytes, deadline=until, prune=True),
+                         mem_limit_bytes)
+        if until is not None and time.perf_counter() > until:
+            b = replace(b, note="cut short at the time limit (best of the micro-batches tried)")
+        out[s] = b
+    return out
 
 
 def knapsack_baseline(res: KnapsackResult) -> Baseline:
     """The OSDP knapsack DP's plan in the same shape as the uniform baselines."""
+    note = "cut short at the time limit (best of the batch settings tried)" if res.cut_short else None
     if not res.feasible:
-        return Baseline("osdp_knapsack", False, None, None, None, None, None, None, None)
+        return Baseline("osdp_knapsack", False, None, None, None, None, None, None, None, note=note)
     p, e = res.plan, res.estimate
     return Baseline("osdp_knapsack", True, e.samples_per_s, e.peak_memory_bytes, e.iteration_time_s,
-                    p.micro_batch, p.grad_accum, all(p.checkpoint), p, e)
+                    p.micro_batch, p.grad_accum, all(p.checkpoint), p, e, note=note)

@@ -24,6 +24,7 @@ from osdp_sim.plan.plan import Plan
 from osdp_sim.search.dp import Engine, Finished
 from osdp_sim.search.keygraph import GraphCaps
 from osdp_sim.search.keystore import KeyStore
+from osdp_sim.search.mbbound import MicroBatchBounds, floors, least_resident_bytes, micro_batch_bounds
 from osdp_sim.search.problem import Problem, build_problem
 from osdp_sim.search.space import (SearchSpace, devices_of, grad_accum_of, group_choices,
                                    shard_groups_of)
@@ -35,6 +36,11 @@ NO_LIMIT_CAPS_FACTOR = 10                 # without a time limit a graph over th
 PROBE_NODES = 500_000                     # labels the exact search may create before the key graph is built
 REFINE_DEPTH = 2                         # decisions expanded exactly for a configuration's bound (the last block)
 MAX_MICRO_BATCH = 4096
+# search()'s default time limit, also the CLI's (osdp-sim search --time-limit): on communication-
+# bound rigs (PCIe) the exact search can take minutes on 48-layer models with the full space
+# (docs/search.md, "Performance and known limits"); by default it stops and reports the proven gap.
+DEFAULT_TIME_LIMIT_S = 60.0
+FIXED_POINT_MAX = 2 ** 60                 # the stage tables are int64 (fast.MEM_Q, TIME_Q units)
 
 
 def beam_width(c: "_Cfg") -> int:
@@ -63,6 +69,7 @@ class SearchResult:
     configs: int = 0                     # configurations considered
     configs_searched: int = 0            # searched exactly (the rest were ruled out by bounds)
     open_configs: list = field(default_factory=list)  # when stopped: [{micro_batch, shard_group, root, bound_samples_per_s, reason}]
+    min_peak_proven: bool = True         # False: min_peak_memory_bytes is a lower bound (the time ran out)
 
 
 @dataclass
@@ -71,6 +78,7 @@ class ParetoResult:
     evaluated: list                      # [(peak_bytes, samples_per_s)]
     seconds: float
     nodes: int
+    proven: bool = True                  # False: a deadline stopped it (the front is of what was searched)
 
 
 @dataclass
@@ -113,9 +121,11 @@ def _mem_lb_q(pb: Problem) -> float:
     return tot - 64.0 * (len(pb.blocks) + 2)
 
 
-def _configs(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, pq_max: int, cache: dict):
+def _configs(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, pq_max: int, cache: dict,
+             deadline: float | None = None):
     """Configurations in a fixed order, with micro-batches up to the largest at which the
-    memory lower bound still fits (the bound grows with the micro-batch)."""
+    memory lower bound still fits (the bound grows with the micro-batch); up to the deadline
+    (time.perf_counter()) if one is given."""
     devices = devices_of(space, hw)
     groups = shard_groups_of(space, hw, devices)
     choices = group_choices(space)
@@ -131,6 +141,8 @@ def _configs(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, pq_max: i
                 mb += 1
                 continue
         elif mb > MAX_MICRO_BATCH:
+            break
+        if deadline is not None and time.perf_counter() > deadline:
             break
         m = grad_accum_of(space, mb, devices)
         fits_any = False
@@ -156,11 +168,13 @@ def _finished_value(pb: Problem, f: Finished, hw: HardwareProfile) -> tuple[floa
 
 
 def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: SearchSpace = SearchSpace(),
-           *, time_limit_s: float | None = None, top_k: int = 1, objective: str = "time",
+           *, time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, top_k: int = 1, objective: str = "time",
            progress: bool = False, cache: dict | None = None, graph_caps: GraphCaps = GraphCaps(),
            rel_gap: float = 0.0) -> SearchResult:
     """The plan with the highest samples/s whose estimate() peak memory is <= mem_limit_bytes.
 
+    time_limit_s: stop then with the best plan found and a proven bound on anything better
+    (default DEFAULT_TIME_LIMIT_S; None: run until optimal).
     graph_caps: how large a configuration's key graph may grow (keygraph.py) before the search
     falls back to the relaxed bounds for it; larger caps prove more configurations, at a cost.
     rel_gap: stop proving once no plan can beat the best found by more than this fraction (a
@@ -178,47 +192,184 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
         raise UserError("top_k must be at least 1", field="top_k")
     if not 0.0 <= rel_gap < 1.0:
         raise UserError(f"the gap tolerance must be at least 0 and below 1; got {rel_gap}", field="rel_gap")
+    check_time_limit(time_limit_s, "time_limit_s")
+    try:
+        return _search(spec, hw, mem_limit_bytes, space, time_limit_s, top_k, progress, cache, graph_caps, rel_gap)
+    except OverflowError:
+        raise UserError(f"{spec.name} on {hw.name} is beyond the search's fixed-point range (iteration times "
+                        f"up to about {2 ** 62 * TIME_Q:.0f} s, peaks up to {2 ** 62 * MEM_Q / 2 ** 50:.0f} PiB); "
+                        "try smaller micro-batches (--micro-batch), a smaller --global-batch or a smaller "
+                        "model") from None
+
+
+def _search(spec, hw, mem_limit_bytes, space, time_limit_s, top_k, progress, cache, graph_caps, rel_gap):
     t0 = time.perf_counter()
     cache = {} if cache is None else cache
     s = _Search(hw=hw, pq_max=_limit_q(mem_limit_bytes, hw), top_k=top_k, rel_gap=rel_gap, t0=t0,
                 deadline=None if time_limit_s is None else t0 + time_limit_s, progress=progress,
                 graph_caps=graph_caps)
     problems, engines = cache.setdefault("problems", {}), cache.setdefault("engines", {})
-    cfgs = _configs(spec, hw, space, s.pq_max, problems)
-    for c in cfgs:
-        s.per_mb.setdefault(c.config.micro_batch, [None, True])
-    fitting = [c for c in cfgs if c.mem_lb_q <= s.pq_max]
-    for c in fitting:                                     # a bound per configuration
-        if c.config not in engines:
-            engines[c.config] = Engine(c.problem, cache.setdefault("keys", KeyStore()))
-        c.engine = engines[c.config]
-        c.problem = c.engine.pb
-        c.ub_sps = _config_ub(c, s.pq_max)
-    s.global_ub = max((c.ub_sps for c in fitting), default=0.0)     # no plan of the space is faster
-    order = sorted(fitting, key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
-    s.say(f"{len(cfgs)} configurations, {len(fitting)} may fit")
+    lister = _Lister(spec, hw, space, s, problems, engines, cache.setdefault("keys", KeyStore()))
+    fitting = lister.first_round()
+    s.say(f"{len(lister.cfgs)} configurations at {len(lister.listed)} of {len(lister.bounds.micro_batches)} "
+          f"micro-batches, {len(fitting)} may fit")
 
     # the incumbent: uniform plans, the optimum of the nested space without splits (a plan of
     # this space too), then beam runs on the most promising configurations
+    order = _by_bound(fitting)
     s.uniform_plans(order[:6], time_limit_s)
-    if any(k > 1 for k in space.splits) and fitting:
+    if any(k > 1 for k in space.splits) and lister.bounds.fits().any() and not s.expired():
         left = None if s.deadline is None else max(0.0, (s.deadline - time.perf_counter()) / 2)
         sub = search(spec, hw, mem_limit_bytes, replace(space, splits=(1,)), time_limit_s=left, top_k=top_k,
                      cache=cache.setdefault("unsplit", {}), graph_caps=graph_caps, rel_gap=rel_gap)
-        s.add_plans(sub, fitting)
-    s.refine_bounds(order)
-    order.sort(key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
-    s.beams(order[:3])
-    best_of: dict = {}
-    for f in s.found:
-        best_of[f[3].config] = max(best_of.get(f[3].config, 0.0), f[0])
-    # those with the best plan so far first: under a time limit the best plans are found sooner
-    order.sort(key=lambda c: (-best_of.get(c.config, 0.0), -c.ub_sps, c.config.micro_batch,
-                              c.config.shard_group, c.config.root))
-    s.say(f"incumbent {s.kth_best():.4g} samples/s, {sum(c.ub_sps > s.goal() for c in order)} "
-          "configurations may beat it" + (f" by more than {rel_gap:.2%}" if rel_gap else ""))
-    s.exact_searches(s.probe_or_graph(order))
-    return s.result(spec, hw, mem_limit_bytes, space, cfgs, order, problems)
+        fitting += s.add_plans(sub, lister)
+    order = fitting
+    while order:
+        s.prove(order)
+        if s.open_bounds:
+            break
+        order = lister.next_round()                 # micro-batches whose bound still beats the incumbent
+    lister.close(s)
+    return s.result(spec, hw, mem_limit_bytes, space, lister, problems)
+
+
+def check_time_limit(seconds: float | None, field: str) -> None:
+    """None (no limit) or a finite number of seconds >= 0."""
+    if seconds is not None and not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0):
+        raise UserError(f"expected a finite number of seconds >= 0, got {seconds}", field=field)
+
+
+def _by_bound(cfgs: list) -> list:
+    return sorted(cfgs, key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
+
+
+FIRST_ROUND_MICRO_BATCHES = 64           # a space with at most this many micro-batches is listed at once
+ROUND_MICRO_BATCHES = 16                  # later rounds: this many more, best bound first, doubling
+
+
+class _Lister:
+    """The configurations of the space, listed lazily by micro-batch: the closed-form bound of
+    mbbound.py says which micro-batches could still beat the incumbent; a round lists the next
+    of them, best bound first, and the search proves them before the next round. The first
+    round takes every micro-batch when there are few, else the powers of two and the best bounds."""
+
+    def __init__(self, spec, hw, space, s, problems: dict, engines: dict, keys: KeyStore):
+        self.spec, self.hw, self.space, self.s = spec, hw, space, s
+        self.problems, self.engines, self.keys = problems, engines, keys
+        self.devices = devices_of(space, hw)
+        self.groups = shard_groups_of(space, hw, self.devices)
+        self.choices = group_choices(space)
+        self.ckpt = tuple(sorted(set(space.checkpoint)))
+        self.cfgs: list = []                  # every configuration listed
+        self.fitting: list = []               # ... whose memory lower bound fits
+        self.by_cfg: dict = {}                # Config -> its _Cfg, of those
+        self.listed: set = set()              # micro-batches listed
+        self.round = ROUND_MICRO_BATCHES
+        self.bounds = self._bounds()
+        self.ub = dict(zip(self.bounds.micro_batches.tolist(), self.bounds.ub_samples_per_s.tolist()))
+        self.unlisted_open: list = []         # (micro-batch, bound) left when the deadline passed
+
+    def _bounds(self) -> MicroBatchBounds:
+        mbs = candidate_micro_batches(self.space, self.devices)
+        if not mbs:
+            return MicroBatchBounds(np.zeros(0, dtype=np.int64), np.zeros(0))
+        floor = floors(self.spec, self.hw, self.space, self.problems)
+        b = micro_batch_bounds(self.spec, self.hw, self.space, mbs, self.s.pq_max, floor)
+        keep = b.fits()
+        if self.space.micro_batches is None and self.space.global_batch is None and keep.any():
+            # the memory lower bound grows with the micro-batch: the largest that may fit, by bisection
+            lo, hi = 0, int(np.flatnonzero(keep)[-1])
+            if self._mem_lb_fits(int(b.micro_batches[hi])):
+                lo = hi + 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._mem_lb_fits(int(b.micro_batches[mid])):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            keep &= np.arange(len(keep)) < lo
+        return MicroBatchBounds(b.micro_batches[keep], b.ub_samples_per_s[keep])
+
+    def _problems(self, mb: int) -> list:
+        m = grad_accum_of(self.space, mb, self.devices)
+        out = []
+        for sg in self.groups:
+            for root in self.space.roots:
+                cfg = Config(self.devices, mb, m, sg, self.space.precision, self.space.optimizer, root)
+                pb = build_problem(self.spec, self.hw, cfg, self.choices, self.ckpt, self.problems)
+                out.append(_Cfg(cfg, pb, _mem_lb_q(pb)))
+        return out
+
+    def _mem_lb_fits(self, mb: int) -> bool:
+        return any(c.mem_lb_q <= self.s.pq_max for c in self._problems(mb))
+
+    def _list(self, mbs) -> list:
+        """The fitting configurations of these micro-batches with their bounds; stops at the deadline."""
+        out = []
+        for mb in mbs:
+            if self.s.expired():
+                break
+            self.listed.add(mb)
+            for c in self._problems(mb):
+                self.cfgs.append(c)
+                self.s.per_mb.setdefault(mb, [None, True])
+                if c.mem_lb_q > self.s.pq_max:
+                    continue
+                if c.config not in self.engines:
+                    self.engines[c.config] = Engine(c.problem, self.keys)
+                c.engine = self.engines[c.config]
+                c.problem = c.engine.pb
+                c.ub_sps = _config_ub(c, self.s.pq_max)
+                self.s.global_ub = max(self.s.global_ub, c.ub_sps)
+                self.fitting.append(c)
+                self.by_cfg[c.config] = c
+                out.append(c)
+        return out
+
+    def _open(self) -> list:
+        """Micro-batches not listed whose bound beats the incumbent, best bound first."""
+        goal = self.s.goal()
+        left = [(ub, mb) for mb, ub in self.ub.items() if mb not in self.listed and ub > goal]
+        return [mb for _ub, mb in sorted(left, key=lambda x: (-x[0], x[1]))]
+
+    def first_round(self) -> list:
+        mbs = self.bounds.micro_batches.tolist()
+        if len(mbs) > FIRST_ROUND_MICRO_BATCHES:
+            powers = [mb for mb in mbs if mb & (mb - 1) == 0]
+            mbs = sorted(set(powers + self._open()[:ROUND_MICRO_BATCHES]))
+        return self._list(mbs)
+
+    def next_round(self) -> list:
+        mbs = self._open()[:self.round]
+        self.round *= 2
+        if mbs:
+            self.s.say(f"incumbent {self.s.kth_best():.4g} samples/s: {len(self._open())} more micro-batches "
+                       f"may beat it, listing {len(mbs)} (bounds up to {self.ub[mbs[0]]:.4g} samples/s)")
+        return self._list(mbs)
+
+    def also(self, mb: int) -> list:
+        """The configurations of one more micro-batch (a plan found elsewhere uses it)."""
+        return [] if mb in self.listed or mb not in self.ub else self._list([mb])
+
+    def close(self, s) -> None:
+        """What was never listed: ruled out by its bound, or open when the search stopped."""
+        goal = s.goal()
+        self.unlisted_open = [(mb, ub) for mb, ub in self.ub.items() if mb not in self.listed and ub > goal]
+        # rounds go on while some micro-batch may beat the incumbent: any left means it stopped
+        s.open_bounds.extend(ub for _mb, ub in self.unlisted_open)
+        s.global_ub = max([s.global_ub] + [ub for mb, ub in self.ub.items() if mb not in self.listed])
+
+
+def candidate_micro_batches(space: SearchSpace, devices: int) -> list[int]:
+    """The micro-batches of the space: the listed ones, those that divide the global batch, or
+    1 .. MAX_MICRO_BATCH (the bounds of mbbound.py rule out what cannot fit)."""
+    if space.micro_batches is not None:
+        mbs = sorted(set(space.micro_batches))
+    elif space.global_batch is not None:
+        mbs = range(1, min(space.global_batch // devices, MAX_MICRO_BATCH) + 1)
+    else:
+        mbs = range(1, MAX_MICRO_BATCH + 1)
+    return [mb for mb in mbs if grad_accum_of(space, mb, devices) is not None]
 
 
 class _Search:
@@ -276,21 +427,19 @@ class _Search:
         for c in cfgs:
             if until is not None and time.perf_counter() > until:
                 break
-            nb = len(c.problem.blocks)
-            fins = []
-            for i in range(len(c.problem.choices)):
-                for ck in c.problem.ckpt_options:
-                    _path, (t_q, peak_q) = c.engine.path([i] * nb, [i] * nb, [ck] * nb)
-                    fins.append(Finished(t_q, peak_q, [i] * nb, [i] * nb, [ck] * nb))
-            self.add(c, fins)
+            self.add(c, _uniform_finished(c.problem, c.engine))
 
-    def add_plans(self, sub: SearchResult, fitting: list) -> None:
-        """The plans of a search of a nested space (without splits), which are plans of this one."""
+    def add_plans(self, sub: SearchResult, lister: "_Lister") -> list:
+        """The plans of a search of a nested space (without splits), which are plans of this one.
+        Returns the configurations listed for them (their micro-batch was not listed yet)."""
         self.nodes += sub.nodes
-        by_cfg = {c.config: c for c in fitting}
+        added = []
         for plan, _e in sub.top:
-            c = by_cfg.get(Config(plan.devices, plan.micro_batch, plan.grad_accum, plan.shard_size,
-                                  plan.precision, plan.optimizer, plan.choices["root"].strategy))
+            cfg = Config(plan.devices, plan.micro_batch, plan.grad_accum, plan.shard_size,
+                         plan.precision, plan.optimizer, plan.choices["root"].strategy)
+            if cfg not in lister.by_cfg:
+                added += lister.also(plan.micro_batch)
+            c = lister.by_cfg.get(cfg)
             if c is None:
                 continue
             idx = {ch: i for i, ch in enumerate(c.problem.choices)}
@@ -298,6 +447,23 @@ class _Search:
             mlp = [idx[plan.choices[km]] for _ka, km in c.problem.keys]
             _p, (t_q, peak_q) = c.engine.path(attn, mlp, list(plan.checkpoint))
             self.add(c, [Finished(t_q, peak_q, attn, mlp, list(plan.checkpoint))])
+        return added
+
+    def prove(self, fitting: list) -> None:
+        """Bounds, beams, probes and exact searches of these configurations (one round)."""
+        order = _by_bound(fitting)
+        self.refine_bounds(order)
+        order = _by_bound(order)
+        self.beams(order[:3])
+        best_of: dict = {}
+        for f in self.found:
+            best_of[f[3].config] = max(best_of.get(f[3].config, 0.0), f[0])
+        # those with the best plan so far first: under a time limit the best plans are found sooner
+        order.sort(key=lambda c: (-best_of.get(c.config, 0.0), -c.ub_sps, c.config.micro_batch,
+                                  c.config.shard_group, c.config.root))
+        self.say(f"incumbent {self.kth_best():.4g} samples/s, {sum(c.ub_sps > self.goal() for c in order)} "
+                 "configurations may beat it" + (f" by more than {self.rel_gap:.2%}" if self.rel_gap else ""))
+        self.exact_searches(self.probe_or_graph(order))
 
     def beams(self, cfgs: list) -> None:
         """A beam run with the relaxed bounds on each of these (a good incumbent early)."""
@@ -423,7 +589,8 @@ class _Search:
                  f"best {self.kth_best():.4g}", c)
 
     def result(self, spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: SearchSpace,
-               cfgs: list, order: list, problems: dict) -> SearchResult:
+               lister: _Lister, problems: dict) -> SearchResult:
+        cfgs, order = lister.cfgs, lister.fitting
         per_mb = self.per_mb
         for sps, _peak, _o, c, _f, _k in self.found:
             cur = per_mb[c.config.micro_batch][0]
@@ -458,22 +625,49 @@ class _Search:
                    + (f", gap {gap:.2%}" if status != "optimal" else ""))
             if open_cfgs:
                 msg += "; open: " + _describe_open(open_cfgs)
+            if timed_out and lister.unlisted_open:
+                msg += "; " + _describe_unlisted(lister.unlisted_open)
             return SearchResult(status, top[0][0], e, top, *counts, bound, gap, seconds, msg, math.nan, *tail,
                                 open_cfgs)
         if timed_out:
-            return SearchResult("time_limit", None, None, [], *counts, bound, math.inf, seconds,
-                                "time limit reached before any plan that fits was found", math.nan, *tail,
-                                open_cfgs)
-        mp, mp_plan = min_peak(spec, hw, space, cache=problems)
+            msg = "time limit reached before any plan that fits was found"
+            if lister.unlisted_open:
+                msg += "; " + _describe_unlisted(lister.unlisted_open)
+            return SearchResult("time_limit", None, None, [], *counts, bound, math.inf, seconds, msg, math.nan,
+                                *tail, open_cfgs)
+        # half of what is left: a caller may want to diagnose relaxed spaces within the same limit
+        now = time.perf_counter()
+        mp = min_peak(spec, hw, space, cache=problems,
+                      deadline=None if self.deadline is None else now + max(0.0, self.deadline - now) / 2)
         msg = (f"no plan fits {mem_limit_bytes / 2**30:.2f} GiB: the least peak memory in this space is "
-               f"{mp / 2**30:.2f} GiB")
+               f"{'at least ' if not mp.proven else ''}{mp.peak_bytes / 2**30:.2f} GiB")
         return SearchResult("infeasible", None, None, [], *counts, 0.0, math.inf, time.perf_counter() - self.t0,
-                            msg, mp, per_micro_batch, self.evaluated, mp_plan, "time", len(cfgs), self.searched)
+                            msg, mp.peak_bytes, per_micro_batch, self.evaluated, mp.plan, "time", len(cfgs),
+                            self.searched, min_peak_proven=mp.proven)
+
+
+def _uniform_finished(pb: Problem, eng: Engine) -> list:
+    """Every uniform plan (one choice everywhere, checkpointing on or off everywhere) of a problem."""
+    nb = len(pb.blocks)
+    fins = []
+    for i in range(len(pb.choices)):
+        for ck in pb.ckpt_options:
+            _path, (t_q, peak_q) = eng.path([i] * nb, [i] * nb, [ck] * nb)
+            fins.append(Finished(t_q, peak_q, [i] * nb, [i] * nb, [ck] * nb))
+    return fins
 
 
 def _thr_q(c: _Cfg, sps: float) -> float:
     """The iteration time (fixed point) a plan of c must beat to exceed sps samples/s."""
     return (c.problem.samples / sps / TIME_Q) if sps > 0 else math.inf
+
+
+def _describe_unlisted(unlisted: list) -> str:
+    """The micro-batches never listed that may still beat the best plan found."""
+    mbs = sorted(mb for mb, _ub in unlisted)
+    top = max(ub for _mb, ub in unlisted)
+    where = f"micro-batch {mbs[0]}" if len(mbs) == 1 else f"{len(mbs)} micro-batches in {mbs[0]}-{mbs[-1]}"
+    return f"{where} not listed within the time limit may reach {top:.4g} samples/s"
 
 
 def _describe_open(open_cfgs: list) -> str:
@@ -512,66 +706,101 @@ def _refined_ub(c: _Cfg, pq_max: float, best_sps: float, top_k: int) -> float:
     return c.problem.samples / (max(lb_q, 1.0) * TIME_Q)
 
 
+@dataclass(frozen=True)
+class MinPeak:
+    """The least estimate() peak memory over a space: exact with a plan that attains it, or, when
+    the deadline passed first, a proven lower bound (proven False; plan: the leanest found)."""
+
+    peak_bytes: float
+    plan: Plan | None
+    proven: bool = True
+
+
 def min_peak(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSpace(), *,
-             cache: dict | None = None) -> tuple[float, Plan | None]:
+             cache: dict | None = None, deadline: float | None = None) -> MinPeak:
     """The least estimate() peak memory over the space and a plan that attains it. Exact:
     micro-batches are taken in increasing order and the loop stops once every configuration's
     memory lower bound is at least the best peak found (the bound grows with the micro-batch at
-    fixed accumulation; with a global batch every valid micro-batch is examined)."""
+    fixed accumulation; with a global batch every valid micro-batch is examined). deadline
+    (time.perf_counter()): stop then with the least memory lower bound of what is left."""
     cache = {} if cache is None else cache
     devices = devices_of(space, hw)
     groups = shard_groups_of(space, hw, devices)
     choices = group_choices(space)
     ckpt = tuple(sorted(set(space.checkpoint)))
-    if space.micro_batches is not None:
-        mbs = sorted(space.micro_batches)
-    elif space.global_batch is not None:
-        mbs = [b for b in range(1, space.global_batch // devices + 1)]
-    else:
-        mbs = range(1, MAX_MICRO_BATCH + 1)
+    mbs = candidate_micro_batches(space, devices)
     best_q, best = math.inf, None
+    expired = (lambda: False) if deadline is None else (lambda: time.perf_counter() > deadline)
+    # what no configuration can go below (resident states): for micro-batches never examined
+    floor_q = least_resident_bytes(spec, hw, space, cache) / MEM_Q - 64.0 * (len(spec.blocks) + 2)
+    below_q = floor_q                    # ... and, without a global batch, the last examined's least bound
+    open_q = math.inf                    # least memory lower bound of what the deadline left
     for mb in mbs:
+        if expired():
+            open_q = below_q
+            break
         m = grad_accum_of(space, mb, devices)
-        if m is None:
-            continue
         cs = []
         for sg in groups:
             for root in space.roots:
                 cfg = Config(devices, mb, m, sg, space.precision, space.optimizer, root)
                 pb = build_problem(spec, hw, cfg, choices, ckpt, cache)
                 cs.append(_Cfg(cfg, pb, _mem_lb_q(pb)))
-        if space.global_batch is None and min(c.mem_lb_q for c in cs) >= best_q:
-            break
+        least = min(c.mem_lb_q for c in cs)
+        if space.global_batch is None:
+            if least >= best_q:
+                break
+            below_q = max(floor_q, least)
         for c in sorted(cs, key=lambda c: (c.mem_lb_q, c.config.shard_group, c.config.root)):
             if c.mem_lb_q >= best_q:
                 continue
+            if c.mem_lb_q > FIXED_POINT_MAX:     # beyond the fixed point of the tables: its bound only
+                open_q = min(least, floor_q) if space.global_batch is not None else least
+                break
             eng = Engine(c.problem)
-            r = eng.run(pq_max=(best_q - 1) if math.isfinite(best_q) else math.inf, beam=BEAM, memory_only=True)
+            for f in _uniform_finished(c.problem, eng):      # a lean plan at once, should the deadline come
+                if f.peak_q < best_q:
+                    best_q, best = f.peak_q, (c, f)
+            r = eng.run(pq_max=(best_q - 1) if math.isfinite(best_q) else math.inf, beam=BEAM, memory_only=True,
+                        deadline=deadline)
             cand = min((f.peak_q for f in r.finished), default=math.inf)
-            r = eng.run(pq_max=min(best_q, cand) if math.isfinite(min(best_q, cand)) else math.inf,
-                        memory_only=True)
+            if r.complete:
+                r = eng.run(pq_max=min(best_q, cand) if math.isfinite(min(best_q, cand)) else math.inf,
+                            memory_only=True, deadline=deadline)
             for f in r.finished:
                 if f.peak_q < best_q:
                     best_q, best = f.peak_q, (c, f)
-    if best is None:
-        return math.inf, None
-    c, f = best
-    plan = c.problem.plan(f.attn, f.mlp, f.ckpt)
-    return estimate(spec, hw, plan).peak_memory_bytes, plan
+            if not r.complete:           # this one, the rest of this micro-batch and every later one stay open
+                open_q = min(least, floor_q) if space.global_batch is not None else least
+                break
+        if math.isfinite(open_q):
+            break
+    plan = None
+    if best is not None:
+        c, f = best
+        plan = c.problem.plan(f.attn, f.mlp, f.ckpt)
+    if open_q < best_q:
+        return MinPeak(total_peak_bytes(max(open_q, 0.0), hw), plan, proven=False)
+    if plan is None:
+        return MinPeak(math.inf, None)
+    return MinPeak(estimate(spec, hw, plan).peak_memory_bytes, plan)
 
 
 def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSpace(), *,
-                 mem_range: tuple[float, float] | None = None, progress: bool = False) -> ParetoResult:
+                 mem_range: tuple[float, float] | None = None, progress: bool = False,
+                 deadline: float | None = None) -> ParetoResult:
     """Every (peak memory, samples/s) trade-off of the space at once: the DP of each
     configuration with no memory limit (or mem_range's upper end) keeps, per key, every label
     not dominated in (time, memory), so its complete plans contain the whole front; a label is
     also dropped when a plan already found uses no more memory and is at least as fast. Each
-    front point is what search() returns with that point's peak as the limit."""
+    front point is what search() returns with that point's peak as the limit. deadline
+    (time.perf_counter()): stop then; the result is of the configurations done (proven False)."""
     t0 = time.perf_counter()
     lo, hi = mem_range if mem_range is not None else (0.0, float(hw.device.usable_memory_bytes))
     pq_max = _limit_q(hi, hw)
     cache: dict = {}
-    cfgs = [c for c in _configs(spec, hw, space, pq_max, cache) if c.mem_lb_q <= pq_max]
+    cfgs = [c for c in _configs(spec, hw, space, pq_max, cache, deadline) if c.mem_lb_q <= pq_max]
+    proven = deadline is None or time.perf_counter() <= deadline
     pts: list = []                       # (peak_q-based bytes, sps, cfg, Finished)
     evaluated: list = []
     nodes = 0
@@ -593,8 +822,14 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
             out[ok] = samples / sps[ok] / TIME_Q
             return out
 
-        r = eng.run(pq_max=pq_max, thr_fn=thr_fn)
+        if deadline is not None and time.perf_counter() > deadline:
+            proven = False
+            break
+        r = eng.run(pq_max=pq_max, thr_fn=thr_fn, deadline=deadline)
         nodes += r.stats.nodes
+        if not r.complete:
+            proven = False
+            break
         for f in r.finished:
             peak, sps = _finished_value(c.problem, f, hw)
             if len(evaluated) < EVALUATED_CAP:
@@ -611,7 +846,7 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
             plan = c.problem.plan(f.attn, f.mlp, f.ckpt)
             front.append((peak, sps, plan))
             best = sps
-    return ParetoResult(front, evaluated, time.perf_counter() - t0, nodes)
+    return ParetoResult(front, evaluated, time.perf_counter() - t0, nodes, proven)
 
 
 def _front_arrays(pts):

@@ -266,6 +266,7 @@ class KnapsackResult:
     estimates: int                    # cost-model calls (fast_estimate probes + estimate() re-evaluations)
     choice_set: str                   # paper | full
     choices_per_block: int
+    cut_short: bool = False           # the deadline passed before every batch setting was solved
 
     @property
     def feasible(self) -> bool:
@@ -321,7 +322,8 @@ def micro_batch_candidates(space, hw: HardwareProfile) -> tuple[list[int], bool]
     from osdp_sim.search.space import devices_of
     if space.micro_batches is not None:
         return sorted(set(space.micro_batches)), False
-    top = space.global_batch // devices_of(space, hw) if space.global_batch else MAX_AUTO_MICRO_BATCH
+    top = min(space.global_batch // devices_of(space, hw), MAX_AUTO_MICRO_BATCH) if space.global_batch \
+        else MAX_AUTO_MICRO_BATCH
     return list(range(1, max(1, top) + 1)), True
 
 
@@ -351,7 +353,8 @@ def checkpoint_options(space) -> tuple[bool, ...]:
 
 
 def osdp_knapsack(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, *,
-                  choices: str = "paper", separable: bool | None = None) -> KnapsackResult:
+                  choices: str = "paper", separable: bool | None = None,
+                  deadline: float | None = None) -> KnapsackResult:
     """The OSDP DP over a search space's batch settings (micro-batches up to the first at which
     the DP finds nothing, when the space leaves them open). choices="paper": the paper's four
     {attention, MLP} x {zero2, zero3} block strategies, each with checkpointing on or off as the
@@ -362,7 +365,10 @@ def osdp_knapsack(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
     per-block costs are composed one group kind at a time (item_costs, separable=True), which
     is exact on uniform plans only; below it every block choice is probed. The root takes the
     space's root strategies. separable: force (True) or forbid (False) the composition; None
-    decides by the number of block choices."""
+    decides by the number of block choices. Micro-batches stop once no larger one can beat the
+    best plan so far (mbbound.py's bound; the answer is the same); deadline
+    (time.perf_counter()): stop then with the best so far (cut_short)."""
+    from osdp_sim.search.baselines import suffix_bound
     from osdp_sim.search.space import group_choices
     ck = checkpoint_options(space)
     if choices == "paper":
@@ -375,7 +381,15 @@ def osdp_knapsack(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
     t0 = time.perf_counter()
     cands, calls, dp_s = [], 0, 0.0
     mbs, auto = micro_batch_candidates(space, hw)
+    beyond = suffix_bound(spec, hw, space, mem_limit_bytes, mbs)
+    cut = False
     for mb in mbs:
+        best = pick_best(cands)
+        if best is not None and beyond(mb) <= best.samples_per_s:
+            break
+        if deadline is not None and time.perf_counter() > deadline:
+            cut = True
+            break
         found = False
         for s in settings_for(space, hw, mb):
             c, k, d = solve_setting(spec, hw, mem_limit_bytes, s, blocks, space.roots,
@@ -389,4 +403,4 @@ def osdp_knapsack(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
     best = pick_best(cands)
     return KnapsackResult("solved" if best else "infeasible", best.plan if best else None,
                           best.estimate if best else None, tuple(cands), time.perf_counter() - t0,
-                          dp_s, calls, choices, len(blocks))
+                          dp_s, calls, choices, len(blocks), cut_short=cut)

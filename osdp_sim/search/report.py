@@ -233,10 +233,14 @@ def format_report(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
             rows.append((BASELINE_TITLES[name], "yes", f"{b.micro_batch}x{b.grad_accum}", b.checkpoint_label,
                          format_bytes(b.peak_memory_bytes), f"{b.samples_per_s:.2f}",
                          f"{est.samples_per_s / b.samples_per_s:.2f}x"))
+        elif b.note and b.note.startswith("skipped"):
+            rows.append((BASELINE_TITLES[name], "-", "-", "-", "-", "-", "-"))
         else:
             need = f">= {format_bytes(b.peak_memory_bytes)}" if b.peak_memory_bytes else "-"
             rows.append((BASELINE_TITLES[name], "no", "-", "-", need, "-", "-"))
     lines += ["  " + r for r in _table(rows)]
+    lines += [f"  {BASELINE_TITLES[n]}: {baselines[n].note}" for n in BASELINE_ORDER
+              if baselines.get(n) is not None and baselines[n].note]
 
     lines += ["", "certificate"]
     lines.append(f"  status {result.status}; {result.nodes:,} nodes, {result.leaves:,} leaves evaluated; "

@@ -25,13 +25,15 @@ def non_dominated(points: list) -> list:
 
 def sweep_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, hi_bytes: float, *,
                 limits: tuple = (), resolution_bytes: float = 0.0, time_limit_s: float | None = None,
-                progress=None) -> tuple[ParetoResult, bool]:
+                progress=None, deadline: float | None = None) -> tuple[ParetoResult, bool]:
     """search() at hi_bytes, then just below the peak of the plan it returned (and at least
     resolution_bytes lower), until nothing fits; then once at the least peak if the last step
     jumped past it. With resolution 0 every front point is visited; with R > 0 points closer
     together than R may be skipped (each point shown is still exact). Each of `limits` is searched
     too, so the plan marked for it is exact. The calls share their tables (search(cache=...)).
-    Returns (result, proven): proven is False when some call stopped at time_limit_s."""
+    deadline (time.perf_counter()): the whole sweep's; each call gets at most what is left, and
+    the sweep stops there.
+    Returns (result, proven): proven is False when some call stopped at time_limit_s or the deadline."""
     t0 = time.perf_counter()
     pts, evaluated = [], []
     nodes, proven, least = 0, True, None
@@ -39,12 +41,16 @@ def sweep_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, hi_byt
 
     def one(limit: float):
         nonlocal nodes, proven, least
-        r = search(spec, hw, limit, space, time_limit_s=time_limit_s, cache=cache)
+        t = time_limit_s
+        if deadline is not None:
+            left = max(0.0, deadline - time.perf_counter())
+            t = left if t is None else min(t, left)
+        r = search(spec, hw, limit, space, time_limit_s=t, cache=cache)
         evaluated.extend(r.evaluated)
         nodes += r.nodes
         if r.plan is None:
             proven &= r.status == "infeasible"
-            if r.status == "infeasible" and math.isfinite(r.min_peak_memory_bytes):
+            if r.status == "infeasible" and r.min_peak_proven and math.isfinite(r.min_peak_memory_bytes):
                 least = r.min_peak_memory_bytes
             return None
         proven &= r.status == "optimal"
@@ -55,6 +61,9 @@ def sweep_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, hi_byt
         one(lim)
     limit, calls = hi_bytes, 0
     while True:
+        if deadline is not None and time.perf_counter() > deadline:
+            proven = False
+            break
         peak = one(limit)
         calls += 1
         if peak is None:
