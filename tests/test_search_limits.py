@@ -212,3 +212,27 @@ def test_gpu_count_hint_is_the_least_peak_on_that_many_devices(capsys):
     (msg,) = error_lines(err)
     on8 = min_peak(load_model("gpt2-tiny"), load_profile("titan8"), SearchSpace(splits=(1,), micro_batches=(1,)))
     assert f"(--gpus 8) (leanest plan {format_bytes(on8.peak_bytes)})" in msg
+
+
+def test_python_front_and_diagnosis_functions_have_finite_default_limits():
+    # Like search(): a Python caller who passes nothing gets a bounded call (None: unbounded).
+    import inspect
+
+    from osdp_sim.search.bnb import (DEFAULT_PARETO_TIME_LIMIT_S, DEFAULT_TIME_LIMIT_S, min_peak,
+                                     pareto_front, search)
+    from osdp_sim.search.sweep import sweep_front
+    defaults = {f.__name__: inspect.signature(f).parameters for f in (search, min_peak, pareto_front, sweep_front)}
+    assert defaults["search"]["time_limit_s"].default == DEFAULT_TIME_LIMIT_S == 60.0
+    assert defaults["min_peak"]["time_limit_s"].default == DEFAULT_TIME_LIMIT_S
+    assert defaults["pareto_front"]["time_limit_s"].default == DEFAULT_PARETO_TIME_LIMIT_S == 600.0
+    assert defaults["sweep_front"]["total_time_limit_s"].default == DEFAULT_PARETO_TIME_LIMIT_S
+
+
+def test_pareto_front_stops_at_its_time_limit():
+    import time
+
+    from osdp_sim.search.bnb import pareto_front
+    spec, hw = load_model("mingpt-48l-1536"), load_profile("titan8")
+    t0 = time.perf_counter()
+    res = pareto_front(spec, hw, SearchSpace(splits=(1,), micro_batches=(4,)), time_limit_s=2.0)
+    assert time.perf_counter() - t0 < 2.0 + 10.0 and not res.proven

@@ -8,12 +8,13 @@ from osdp_sim.cli.common import load_hw, load_spec
 from osdp_sim.cli.search_cmd import (Budget, add_space_arguments, build_space, cap_to_device, describe_space,
                                      progress, time_limit_arg)
 from osdp_sim.errors import UserError
+from osdp_sim.search.bnb import DEFAULT_PARETO_TIME_LIMIT_S
 from osdp_sim.fileio import check_writable
 from osdp_sim.units import format_bytes, parse_bytes
 
 PLOT_RESERVE_S = 3.0
 # A front is many searches: the README's sweep of a 48-layer model takes about 2 minutes.
-DEFAULT_TIME_LIMIT_S = 600.0
+DEFAULT_TIME_LIMIT_S = DEFAULT_PARETO_TIME_LIMIT_S
 
 HELP = "plot the exact throughput vs peak-memory Pareto front (PNG + SVG) and write it as CSV"
 
@@ -74,11 +75,13 @@ def run(args) -> int:
     progress(f"computing the Pareto front of {spec.name} on {hw.device.count} x {hw.device.name} "
              f"up to {format_bytes(hi)} ({args.method}) ...")
     if args.method == "front":
-        res = pareto_front(spec, hw, space, mem_range=(0.0, hi), progress=True, deadline=search_until)
+        res = pareto_front(spec, hw, space, mem_range=(0.0, hi), progress=True, deadline=search_until,
+                           time_limit_s=None)
         proven = res.proven
     else:
         res, proven = sweep_front(spec, hw, space, hi, limits=tuple(limits), resolution_bytes=resolution,
-                                  time_limit_s=call_limit, progress=progress, deadline=search_until)
+                                  time_limit_s=call_limit, progress=progress, deadline=search_until,
+                                  total_time_limit_s=None)
     progress(f"front of {len(res.front)} plans from {len(res.evaluated):,} evaluated in {res.seconds:.2f} s"
              + ("" if proven else "; the time limit stopped some searches (points are best found, not proven)"))
     uniform = {}

@@ -310,7 +310,7 @@ def _relaxations(spec, hw, space, profile, deadline: float | None = None):
     for label, h, sp in tried:
         if deadline is not None and time.perf_counter() > deadline:
             break
-        mp = min_peak(spec, h, sp, deadline=deadline)
+        mp = min_peak(spec, h, sp, deadline=deadline, time_limit_s=None)
         if mp.proven and math.isfinite(mp.peak_bytes):
             out.append((label, mp.peak_bytes, True))
         elif mp.plan is not None:

@@ -40,6 +40,7 @@ MAX_MICRO_BATCH = 4096
 # bound rigs (PCIe) the exact search can take minutes on 48-layer models with the full space
 # (docs/search.md, "Performance and known limits"); by default it stops and reports the proven gap.
 DEFAULT_TIME_LIMIT_S = 60.0
+DEFAULT_PARETO_TIME_LIMIT_S = 600.0        # a front is many searches (osdp-sim pareto's default too)
 FIXED_POINT_MAX = 2 ** 60                 # the stage tables are int64 (fast.MEM_Q, TIME_Q units)
 
 
@@ -638,7 +639,8 @@ class _Search:
         # half of what is left: a caller may want to diagnose relaxed spaces within the same limit
         now = time.perf_counter()
         mp = min_peak(spec, hw, space, cache=problems,
-                      deadline=None if self.deadline is None else now + max(0.0, self.deadline - now) / 2)
+                      deadline=None if self.deadline is None else now + max(0.0, self.deadline - now) / 2,
+                      time_limit_s=None)
         msg = (f"no plan fits {mem_limit_bytes / 2**30:.2f} GiB: the least peak memory in this space is "
                f"{'at least ' if not mp.proven else ''}{mp.peak_bytes / 2**30:.2f} GiB")
         return SearchResult("infeasible", None, None, [], *counts, 0.0, math.inf, time.perf_counter() - self.t0,
@@ -716,13 +718,24 @@ class MinPeak:
     proven: bool = True
 
 
+def earlier_deadline(deadline: float | None, time_limit_s: float | None) -> float | None:
+    """The earlier of an absolute deadline (time.perf_counter()) and time_limit_s from now."""
+    if time_limit_s is None:
+        return deadline
+    own = time.perf_counter() + time_limit_s
+    return own if deadline is None else min(deadline, own)
+
+
 def min_peak(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSpace(), *,
-             cache: dict | None = None, deadline: float | None = None) -> MinPeak:
+             cache: dict | None = None, deadline: float | None = None,
+             time_limit_s: float | None = DEFAULT_TIME_LIMIT_S) -> MinPeak:
     """The least estimate() peak memory over the space and a plan that attains it. Exact:
     micro-batches are taken in increasing order and the loop stops once every configuration's
     memory lower bound is at least the best peak found (the bound grows with the micro-batch at
     fixed accumulation; with a global batch every valid micro-batch is examined). deadline
-    (time.perf_counter()): stop then with the least memory lower bound of what is left."""
+    (time.perf_counter()): stop then with the least memory lower bound of what is left;
+    time_limit_s (default DEFAULT_TIME_LIMIT_S, None: none) bounds it from the call as well."""
+    deadline = earlier_deadline(deadline, time_limit_s)
     cache = {} if cache is None else cache
     devices = devices_of(space, hw)
     groups = shard_groups_of(space, hw, devices)
@@ -788,13 +801,16 @@ def min_peak(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSp
 
 def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSpace(), *,
                  mem_range: tuple[float, float] | None = None, progress: bool = False,
-                 deadline: float | None = None) -> ParetoResult:
+                 deadline: float | None = None,
+                 time_limit_s: float | None = DEFAULT_PARETO_TIME_LIMIT_S) -> ParetoResult:
     """Every (peak memory, samples/s) trade-off of the space at once: the DP of each
     configuration with no memory limit (or mem_range's upper end) keeps, per key, every label
     not dominated in (time, memory), so its complete plans contain the whole front; a label is
     also dropped when a plan already found uses no more memory and is at least as fast. Each
     front point is what search() returns with that point's peak as the limit. deadline
-    (time.perf_counter()): stop then; the result is of the configurations done (proven False)."""
+    (time.perf_counter()): stop then; the result is of the configurations done (proven False).
+    time_limit_s (default DEFAULT_PARETO_TIME_LIMIT_S, None: none) bounds it from the call as well."""
+    deadline = earlier_deadline(deadline, time_limit_s)
     t0 = time.perf_counter()
     lo, hi = mem_range if mem_range is not None else (0.0, float(hw.device.usable_memory_bytes))
     pq_max = _limit_q(hi, hw)

@@ -8,7 +8,7 @@ import time
 
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec
-from osdp_sim.search.bnb import ParetoResult, search
+from osdp_sim.search.bnb import DEFAULT_PARETO_TIME_LIMIT_S, ParetoResult, earlier_deadline, search
 from osdp_sim.search.space import SearchSpace
 from osdp_sim.units import format_bytes
 
@@ -25,7 +25,8 @@ def non_dominated(points: list) -> list:
 
 def sweep_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, hi_bytes: float, *,
                 limits: tuple = (), resolution_bytes: float = 0.0, time_limit_s: float | None = None,
-                progress=None, deadline: float | None = None) -> tuple[ParetoResult, bool]:
+                progress=None, deadline: float | None = None,
+                total_time_limit_s: float | None = DEFAULT_PARETO_TIME_LIMIT_S) -> tuple[ParetoResult, bool]:
     """search() at hi_bytes, then just below the peak of the plan it returned (and at least
     resolution_bytes lower), until nothing fits; then once at the least peak if the last step
     jumped past it. With resolution 0 every front point is visited; with R > 0 points closer
@@ -33,7 +34,10 @@ def sweep_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, hi_byt
     too, so the plan marked for it is exact. The calls share their tables (search(cache=...)).
     deadline (time.perf_counter()): the whole sweep's; each call gets at most what is left, and
     the sweep stops there.
+    total_time_limit_s (default DEFAULT_PARETO_TIME_LIMIT_S, None: none) bounds the whole sweep
+    from the call as well.
     Returns (result, proven): proven is False when some call stopped at time_limit_s or the deadline."""
+    deadline = earlier_deadline(deadline, total_time_limit_s)
     t0 = time.perf_counter()
     pts, evaluated = [], []
     nodes, proven, least = 0, True, None
