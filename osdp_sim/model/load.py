@@ -5,7 +5,7 @@ from pathlib import Path
 import yaml
 
 from osdp_sim.errors import UserError
-from osdp_sim.model.config import FAMILIES, ModelConfig, with_overrides
+from osdp_sim.model.config import FAMILIES, MLP_KINDS, NORM_KINDS, V1_FIELDS, ModelConfig, with_overrides
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import ModelSpec, build_spec
 
@@ -15,19 +15,27 @@ MAX_LAYERS = 10_000
 MAX_DIM = 2 ** 40
 
 # Every ModelConfig field: (type, minimum). Ints are checked against MAX_DIM (MAX_LAYERS for
-# n_layers); `str` fields must be non-empty.
+# n_layers, MAX_EXPERTS for n_experts); `str` fields must be non-empty (but `source`).
 FIELD_TYPES: dict[str, tuple[type, int]] = {
     "name": (str, 0), "family": (str, 0), "n_layers": (int, 1), "hidden": (int, 1),
     "n_heads": (int, 1), "vocab_size": (int, 1), "seq_len": (int, 1), "n_kv_heads": (int, 0),
     "ffn_hidden": (int, 0), "max_positions": (int, 0), "type_vocab_size": (int, 1),
-    "tied_head": (bool, 0),
+    "tied_head": (bool, 0), "head_size": (int, 0), "qkv_bias": (bool, 0),
+    "attn_out_bias": (bool, 0), "mlp_bias": (bool, 0), "mlp_kind": (str, 0), "norm_kind": (str, 0),
+    "fused_qkv": (bool, 0), "fused_gate_up": (bool, 0), "sliding_window": (int, 0),
+    "n_experts": (int, 0), "top_k": (int, 0), "source": (str, 0),
 }
+MAX_EXPERTS = 2 ** 16
 
 # YAML key -> ModelConfig field
 YAML_KEYS = {
     "name": "name", "family": "family", "layers": "n_layers", "hidden": "hidden", "heads": "n_heads",
     "kv_heads": "n_kv_heads", "ffn": "ffn_hidden", "vocab": "vocab_size", "seq_len": "seq_len",
     "max_positions": "max_positions", "type_vocab": "type_vocab_size", "tied_head": "tied_head",
+    "head_dim": "head_size", "qkv_bias": "qkv_bias", "attn_out_bias": "attn_out_bias",
+    "mlp_bias": "mlp_bias", "mlp": "mlp_kind", "norm": "norm_kind", "fused_qkv": "fused_qkv",
+    "fused_gate_up": "fused_gate_up", "sliding_window": "sliding_window", "experts": "n_experts",
+    "top_k": "top_k",
 }
 _REQUIRED = ("family", "layers", "hidden", "heads", "vocab", "seq_len")
 _YAML_KEY_OF = {f: k for k, f in YAML_KEYS.items()}
@@ -61,18 +69,20 @@ def load_model(arg: str, **overrides) -> ModelSpec:
     return build_spec(load_model_config(arg, **overrides))
 
 
-def config_from_dict(data: dict, *, source: str) -> ModelConfig:
+def config_from_dict(data: dict, *, source: str, version: int = 2) -> ModelConfig:
     """A ModelConfig from its to_dict() form (as stored in plan files and records); errors name
-    the field as `model.<field>`."""
+    the field as `model.<field>`. Version 1 files hold only V1_FIELDS: the upgrade is that the
+    fields added in version 2 take their defaults (the family's structure, source "")."""
     if not isinstance(data, dict):
         raise UserError("expected a mapping of model fields", source=source, field="model")
-    known = set(ModelConfig.field_names())
+    known = set(V1_FIELDS if version == 1 else ModelConfig.field_names())
     unknown = sorted(set(data) - known, key=str)
     if unknown:
         raise UserError(f"unknown key {unknown[0]!r}; expected some of {sorted(known)}",
                         source=source, field=f"model.{unknown[0]}")
     for name, value in data.items():
-        check_value(value, FIELD_TYPES[name][0], source=source, field=f"model.{name}")
+        check_value(value, FIELD_TYPES[name][0], source=source, field=f"model.{name}",
+                    allow_empty=name == "source")
     try:
         cfg = ModelConfig(**data)
     except TypeError as e:
@@ -99,13 +109,13 @@ def read_text(path: Path, kind: str = "model") -> str:
         raise UserError(f"not UTF-8 text (byte {e.start}); save the file as UTF-8", source=src) from None
 
 
-def check_value(value, want: type, *, source: str, field: str) -> None:
+def check_value(value, want: type, *, source: str, field: str, allow_empty: bool = False) -> None:
     """Type check with the YAML/JSON reading in mind: true is not a number, 2.0 not a whole one."""
     if want is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise UserError(f"expected a whole number, got {value!r}", source=source, field=field)
     if want is bool and not isinstance(value, bool):
         raise UserError(f"expected true or false, got {value!r}", source=source, field=field)
-    if want is str and (not isinstance(value, str) or not value):
+    if want is str and (not isinstance(value, str) or (not value and not allow_empty)):
         raise UserError(f"expected text, got {value!r}", source=source, field=field)
 
 
@@ -131,6 +141,7 @@ def _config_from_yaml(path: Path) -> ModelConfig:
         check_value(value, FIELD_TYPES[YAML_KEYS[key]][0], source=src, field=key)
     fields = {YAML_KEYS[k]: v for k, v in data.items()}
     fields.setdefault("name", path.stem)
+    fields["source"] = f"yaml:{path}"
     fields.setdefault("tied_head", data["family"] != "llama")
     return ModelConfig(**fields)
 
@@ -146,16 +157,29 @@ def validate_config(cfg: ModelConfig, *, source: str, key_of=None) -> None:
 
     for name, (want, minimum) in FIELD_TYPES.items():
         v = getattr(cfg, name)
+        if name == "source" and v == "":
+            continue
         check_value(v, want, source=source, field=key(name))
         if want is int:
-            top = MAX_LAYERS if name == "n_layers" else MAX_DIM
+            top = {"n_layers": MAX_LAYERS, "n_experts": MAX_EXPERTS}.get(name, MAX_DIM)
             if not minimum <= v <= top:
                 fail(name, f"must be a whole number in {minimum}..{top}, got {v!r}")
     if cfg.family not in FAMILIES:
         fail("family", f"unknown family {cfg.family!r}; expected one of {', '.join(FAMILIES)}")
-    if cfg.hidden % cfg.n_heads:
-        fail("n_heads", f"hidden {cfg.hidden} is not divisible by heads {cfg.n_heads}")
+    if cfg.mlp_kind not in MLP_KINDS:
+        fail("mlp_kind", f"expected one of {', '.join(MLP_KINDS)}, got {cfg.mlp_kind!r}")
+    if cfg.norm_kind not in NORM_KINDS:
+        fail("norm_kind", f"expected one of {', '.join(NORM_KINDS)}, got {cfg.norm_kind!r}")
+    if not cfg.head_size and cfg.hidden % cfg.n_heads:
+        fail("n_heads", f"hidden {cfg.hidden} is not divisible by heads {cfg.n_heads}; "
+             "give the head size explicitly if it differs")
     if cfg.n_heads % cfg.kv_heads:
         fail("n_kv_heads", f"heads {cfg.n_heads} is not a multiple of kv_heads {cfg.kv_heads}")
     if cfg.family != "llama" and cfg.seq_len > cfg.positions:
         fail("seq_len", f"seq_len {cfg.seq_len} exceeds the position table ({cfg.positions})")
+    if cfg.fused_gate_up and not cfg.gated:
+        fail("fused_gate_up", f"a {cfg.mlp_kind} MLP has no gate to fuse; use a gated MLP (swiglu, geglu)")
+    if cfg.n_experts and not 1 <= cfg.top_k <= cfg.n_experts:
+        fail("top_k", f"must be in 1..{cfg.n_experts} (the experts), got {cfg.top_k}")
+    if not cfg.n_experts and cfg.top_k:
+        fail("top_k", "is for mixture-of-experts models; set the number of experts too")

@@ -17,10 +17,14 @@ from pathlib import Path
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import read_json
 from osdp_sim.model.config import ModelConfig
+from osdp_sim.model.load import config_from_dict
 from osdp_sim.plan import Plan, plan_from_dict, plan_to_dict, write_json_atomic
 
 FORMAT = "osdp-sim/record"
-VERSION = 1
+VERSION = 2
+# Version 2: the model (and the plan, plan format 2) gained the model stage's new fields; a
+# version 1 record's model is compared with its plan after the same upgrade (defaults).
+READS = (1, 2)
 STATUSES = ("ok", "oom", "failed", "timeout")
 TRACKER_CATEGORIES = ("Parameter", "Buffer", "Gradient", "Optstate", "Activation", "Temp", "Other",
                       "Total")
@@ -207,7 +211,7 @@ def load_record(path: str | os.PathLike) -> Record:
 def record_from_dict(data, *, source: str = "<record>") -> Record:
     _check(data, source)
     plan = plan_from_dict(data["plan"], source=f"{source} (plan)")
-    if plan.model.to_dict() != data["model"]:
+    if plan.model != config_from_dict(data["model"], source=source, version=data["version"]):
         raise UserError("does not match plan.model; the record was edited or mixed up",
                         source=source, field="model")
     return Record(data=data, plan=plan, model=plan.model, source=source)
@@ -240,9 +244,9 @@ def _check(data, source: str) -> None:
     if data.get("format") != FORMAT:
         raise err("format", f"expected {FORMAT!r}, got {data.get('format')!r}; is this a record "
                   "written by `osdp-sim validate`?")
-    if data.get("version") != VERSION:
+    if data.get("version") not in READS or isinstance(data.get("version"), bool):
         raise err("version", f"unsupported version {data.get('version')!r}; this osdp-sim reads "
-                  f"version {VERSION}")
+                  f"versions {', '.join(map(str, READS))}")
     for key in _TOP_KEYS:
         if key not in data:
             raise err(key, "missing required field")

@@ -15,7 +15,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from osdp_sim.errors import UserError
-from osdp_sim.model.config import FAMILIES, ModelConfig
+from osdp_sim.model.config import FAMILIES, ModelConfig, check_runtime_buildable
 
 INIT_STD = 0.02
 
@@ -350,6 +350,7 @@ def build_model(cfg: ModelConfig, seed: int = 0) -> TransformerLM:
     if cfg.hidden % cfg.n_heads or cfg.n_heads % cfg.kv_heads:
         raise UserError("hidden must be a multiple of n_heads and n_heads of n_kv_heads",
                         source=cfg.name, field="n_heads")
+    check_runtime_buildable(cfg)
     model = TransformerLM(cfg)
     _init_weights(model, cfg, torch.Generator().manual_seed(seed))
     return model
