@@ -1,5 +1,6 @@
 """Resolve a model argument: a built-in name or a YAML file describing the shape."""
 
+import sys
 from pathlib import Path
 
 import yaml
@@ -41,18 +42,32 @@ _REQUIRED = ("family", "layers", "hidden", "heads", "vocab", "seq_len")
 _YAML_KEY_OF = {f: k for k, f in YAML_KEYS.items()}
 
 
-def load_model_config(arg: str, **overrides) -> ModelConfig:
-    """`arg` is a built-in name (see `osdp-sim models`) or a path to a YAML file."""
+def load_model_config(arg: str, *, notes: list | None = None, **overrides) -> ModelConfig:
+    """`arg` is a built-in name (see `osdp-sim models`), a model YAML file, a Hugging Face
+    config.json or a folder holding one. Lines for the user (the sequence length a config.json
+    gets, keys it ignores) go to `notes` if given, else to stderr once the config is valid."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    lines: list[str] = []
+    path = Path(arg)
     if arg in BUILTIN:
         cfg, key_of = BUILTIN[arg], None
-    elif arg.endswith((".yaml", ".yml")) or Path(arg).exists():
-        cfg, key_of = _config_from_yaml(Path(arg)), _YAML_KEY_OF.get
+    elif arg.endswith(".json") or path.is_dir() or path.name == "config.json":
+        from osdp_sim.model.hf import find_config_json, read_hf_config
+        json_path = find_config_json(path)
+        cfg, keys, lines = read_hf_config(json_path, seq_len=given.get("seq_len"))
+        key_of, arg = keys.get, str(json_path)
+    elif arg.endswith((".yaml", ".yml")) or path.exists():
+        cfg, key_of = _config_from_yaml(path), _YAML_KEY_OF.get
     else:
-        raise UserError(f"unknown model {arg!r}; use a built-in name ({', '.join(sorted(BUILTIN))}) "
-                        "or a YAML file", field="--model")
-    given = {k: v for k, v in overrides.items() if v is not None}
+        raise UserError(f"unknown model {arg!r}; use a built-in name ({', '.join(sorted(BUILTIN))}), "
+                        "a model YAML file or a Hugging Face config.json", field="--model")
     cfg = with_overrides(cfg, **given)
     validate_config(cfg, source=arg, key_of=_override_key_of(given, key_of))
+    if notes is not None:
+        notes.extend(lines)
+    else:
+        for line in lines:
+            print(line, file=sys.stderr)
     return cfg
 
 
@@ -65,8 +80,8 @@ def _override_key_of(given: dict, key_of):
     return name
 
 
-def load_model(arg: str, **overrides) -> ModelSpec:
-    return build_spec(load_model_config(arg, **overrides))
+def load_model(arg: str, *, notes: list | None = None, **overrides) -> ModelSpec:
+    return build_spec(load_model_config(arg, notes=notes, **overrides))
 
 
 def config_from_dict(data: dict, *, source: str, version: int = 2) -> ModelConfig:
