@@ -100,3 +100,29 @@ def run_one(tmp_path, capsys, data: dict, fmt: str, garble: bool) -> None:
 @given(muts=_mutations(YAML_MODEL), garble=st.booleans())
 def test_mutated_model_yaml(tmp_path, capsys, muts, garble):
     run_one(tmp_path, capsys, _apply(YAML_MODEL, muts), "yaml", garble)
+
+
+HF_MODEL = {"architectures": ["MixtralForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 128, "max_position_embeddings": 256, "num_local_experts": 4,
+            "num_experts_per_tok": 2, "sliding_window": None, "attention_dropout": 0.0,
+            "tie_word_embeddings": False, "head_dim": 16, "hidden_act": "silu"}
+ARCH_VALUES = ["LlamaForCausalLM", "Qwen2ForCausalLM", "GemmaForCausalLM", "Phi3ForCausalLM",
+               "GPT2LMHeadModel", "BertForMaskedLM", "FalconForCausalLM", 3]
+
+
+@SETTINGS
+@given(muts=_mutations(HF_MODEL), arch=st.sampled_from(ARCH_VALUES + [None]),
+       garble=st.booleans(), as_folder=st.booleans())
+def test_mutated_config_json(tmp_path, capsys, muts, arch, garble, as_folder):
+    data = _apply(HF_MODEL, muts)
+    if arch is not None:
+        data["architectures"] = [arch]
+    if not as_folder:
+        run_one(tmp_path, capsys, data, "json", garble)
+        return
+    folder = tmp_path / "model"
+    folder.mkdir(exist_ok=True)
+    _write(folder / "config.json", data, "json", garble)
+    _check_load(folder)
+    _check_cli(folder, ["models", str(folder)], capsys)

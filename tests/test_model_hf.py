@@ -188,3 +188,34 @@ def test_validate_refuses_what_the_runtime_cannot_build(capsys):
     _, err = capsys.readouterr()
     lines = [l for l in err.splitlines() if "error" in l]
     assert code == 2 and len(lines) == 1 and "qkv_bias" in lines[0] and "--impl hf" in lines[0]
+
+
+# Variants of the published configs, shrunk to 2 layers, that flip the options an architecture
+# honours: transformers builds each on the meta device and the counts must agree.
+VARIANTS = [
+    ("bert-base-uncased", {"tie_word_embeddings": False}),
+    ("gpt2", {"tie_word_embeddings": False, "n_inner": 1000}),
+    ("llama-2-7b", {"attention_bias": True, "mlp_bias": True, "num_key_value_heads": 8,
+                    "head_dim": 64, "tie_word_embeddings": True}),
+    ("qwen2-7b", {"tie_word_embeddings": True, "num_key_value_heads": 7}),
+    ("gemma-7b", {"head_dim": None, "attention_bias": True}),
+    ("gemma-7b", {"num_key_value_heads": 1}),
+    ("phi-3-mini-4k", {"num_key_value_heads": 8, "tie_word_embeddings": True}),
+    ("mistral-7b-v0.1", {"head_dim": 96}),
+    ("mixtral-8x7b-v0.1", {"num_local_experts": 4, "num_experts_per_tok": 1, "head_dim": 64}),
+]
+
+
+@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers not installed (extra: hf)")
+@pytest.mark.parametrize("name,change", VARIANTS, ids=[f"{n}-{'-'.join(c)}" for n, c in VARIANTS])
+def test_param_count_of_variants_equals_transformers(tmp_path, name, change):
+    d = json.loads((HF_DIR / name / "config.json").read_text())
+    layers = "n_layer" if "n_layer" in d else "num_hidden_layers"
+    d[layers] = 2
+    for k, v in change.items():
+        if v is None:
+            d.pop(k, None)
+        else:
+            d[k] = v
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    assert load_model(str(tmp_path), notes=[]).param_count == transformers_param_count(tmp_path)

@@ -148,6 +148,8 @@ def differs_from_family(cfg: ModelConfig) -> list[str]:
         out.append("head_size")
     if cfg.fused_gate_up:
         out.append("fused_gate_up")
+    if cfg.family == "bert" and not cfg.tied_head:
+        out.append("tied_head")
     if cfg.sliding_window and cfg.sliding_window < cfg.seq_len:
         out.append("sliding_window")
     if cfg.n_experts:

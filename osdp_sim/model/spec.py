@@ -291,10 +291,14 @@ def build_spec(cfg: ModelConfig) -> ModelSpec:
     loss_bytes = 4.0 * cfg.vocab_size + 8.0
     if cfg.family == "bert":
         head_lin = (LinearShape("transform", h, h, True),)
-        head_other = norm + cfg.vocab_size   # transform LN + decoder bias (decoder weight tied)
+        if not cfg.tied_head:
+            # HF BertForMaskedLM with tie_word_embeddings false: the decoder gets its own weight,
+            # and its bias is then a separate parameter from the head's `bias` (transformers 5.x)
+            head_lin += (LinearShape("decoder", h, cfg.vocab_size, True),)
+        head_other = norm + cfg.vocab_size   # transform LN + decoder bias (weight tied by default)
         # transform in (last block out), GELU in, LN in, decoder in
         head_act = Activations(4.0 * h, stats + loss_bytes)
-        head_flops = _linear_flops(head_lin) + 2.0 * h * cfg.vocab_size
+        head_flops = _linear_flops(head_lin[:1]) + 2.0 * h * cfg.vocab_size
     else:
         head_lin = () if cfg.tied_head else (LinearShape("lm_head", h, cfg.vocab_size, False),)
         head_other = norm
