@@ -49,6 +49,8 @@ class Arch:
     """config key -> the transformers 5.x config class default, used when the file leaves it out."""
     fixed: dict = field(default_factory=dict)
     """ModelConfig fields the architecture fixes (Qwen2's q/k/v bias, Phi3's fused projections)."""
+    options: tuple = ()
+    """Optional keys honoured beyond `dims`: attention_bias, mlp_bias, sliding_window."""
     accepted: tuple = ()
     """Keys read and ignored: they do not change parameters, FLOPs or saved tensors."""
     zero_or_warn: tuple = ()
@@ -66,33 +68,34 @@ ARCHITECTURES: dict[str, Arch] = {a.name: a for a in (
     Arch("LlamaForCausalLM", "llama", "llama", _DECODER_DIMS,
          {"num_key_value_heads": None, "head_dim": None, "tie_word_embeddings": False,
           "attention_bias": False, "mlp_bias": False, "max_position_embeddings": 2048},
-         accepted=_DECODER_ACCEPTED + ("attention_bias", "mlp_bias"),
+         options=("attention_bias", "mlp_bias"), accepted=_DECODER_ACCEPTED,
          zero_or_warn=("attention_dropout",)),
     Arch("MistralForCausalLM", "mistral", "llama", _DECODER_DIMS,
          {"num_key_value_heads": 8, "head_dim": None, "tie_word_embeddings": False,
           "sliding_window": 4096, "max_position_embeddings": 131072},
-         accepted=_DECODER_ACCEPTED + ("sliding_window",), zero_or_warn=("attention_dropout",)),
+         options=("sliding_window",), accepted=_DECODER_ACCEPTED,
+         zero_or_warn=("attention_dropout",)),
     Arch("Qwen2ForCausalLM", "qwen2", "llama", _DECODER_DIMS,
          {"num_key_value_heads": 32, "head_dim": None, "tie_word_embeddings": False,
           "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28,
           "max_position_embeddings": 32768},
          fixed={"qkv_bias": True, "attn_out_bias": False},
-         accepted=_DECODER_ACCEPTED + ("use_sliding_window", "sliding_window", "max_window_layers",
-                                       "layer_types"),
+         options=("use_sliding_window", "sliding_window", "max_window_layers"),
+         accepted=_DECODER_ACCEPTED + ("layer_types",),
          zero_or_warn=("attention_dropout",)),
     Arch("GemmaForCausalLM", "gemma", "llama", _DECODER_DIMS,
          {"num_key_value_heads": 16, "head_dim": 256, "tie_word_embeddings": True,
           "attention_bias": False, "max_position_embeddings": 8192},
          fixed={"mlp_kind": "geglu"},
-         accepted=_DECODER_ACCEPTED + ("attention_bias", "hidden_activation",
-                                       "use_bidirectional_attention"),
+         options=("attention_bias",),
+         accepted=_DECODER_ACCEPTED + ("hidden_activation", "use_bidirectional_attention"),
          zero_or_warn=("attention_dropout",)),
     Arch("Phi3ForCausalLM", "phi3", "llama", _DECODER_DIMS,
          {"num_key_value_heads": None, "head_dim": None, "tie_word_embeddings": False,
           "sliding_window": None, "max_position_embeddings": 4096},
          fixed={"fused_qkv": True, "fused_gate_up": True},
-         accepted=_DECODER_ACCEPTED + ("sliding_window", "original_max_position_embeddings",
-                                       "attention_bias"),
+         options=("sliding_window",),
+         accepted=_DECODER_ACCEPTED + ("original_max_position_embeddings",),
          zero_or_warn=("attention_dropout", "resid_pdrop", "embd_pdrop")),
     Arch("MixtralForCausalLM", "mixtral", "llama",
          dict(_DECODER_DIMS, n_experts="num_local_experts", top_k="num_experts_per_tok"),
@@ -100,8 +103,8 @@ ARCHITECTURES: dict[str, Arch] = {a.name: a for a in (
           "sliding_window": None, "num_local_experts": 8, "num_experts_per_tok": 2,
           "max_position_embeddings": 131072},
          fixed={"fused_gate_up": True},
-         accepted=_DECODER_ACCEPTED + ("sliding_window", "output_router_logits",
-                                       "router_aux_loss_coef"),
+         options=("sliding_window",),
+         accepted=_DECODER_ACCEPTED + ("output_router_logits", "router_aux_loss_coef"),
          zero_or_warn=("attention_dropout", "router_jitter_noise")),
     Arch("GPT2LMHeadModel", "gpt2", "gpt2",
          {"n_layers": "n_layer", "hidden": "n_embd", "n_heads": "n_head", "ffn_hidden": "n_inner",
@@ -279,7 +282,7 @@ def from_hf_dict(data: dict, arch: Arch, *, source: str, name: str,
 
 def _decoder_fields(r: _Reader, arch: Arch, fields: dict, key_of: dict, warned: list) -> None:
     data = r.data
-    if "attention_bias" in arch.accepted and arch.name != "Phi3ForCausalLM":
+    if "attention_bias" in arch.options:
         bias = r.bool("attention_bias")
         fields["qkv_bias"] = fields["attn_out_bias"] = bias
         key_of["qkv_bias"] = key_of["attn_out_bias"] = "attention_bias"
@@ -287,7 +290,7 @@ def _decoder_fields(r: _Reader, arch: Arch, fields: dict, key_of: dict, warned: 
         r.used.add("attention_bias")
         if data["attention_bias"] is not False:
             warned.append(f"attention_bias={data['attention_bias']} ({arch.name} has no such option)")
-    if "mlp_bias" in arch.accepted:
+    if "mlp_bias" in arch.options:
         fields["mlp_bias"] = r.bool("mlp_bias")
         key_of["mlp_bias"] = "mlp_bias"
     act = data.get("hidden_activation") or data.get("hidden_act") or "silu"
@@ -297,6 +300,7 @@ def _decoder_fields(r: _Reader, arch: Arch, fields: dict, key_of: dict, warned: 
     fields["mlp_kind"] = "geglu" if act.startswith("gelu") else "swiglu"
     key_of["mlp_kind"] = "hidden_act"
     if arch.name == "Qwen2ForCausalLM":
+        r.used.update(("sliding_window", "max_window_layers"))
         window = r.int("sliding_window") if r.bool("use_sliding_window") else None
         if window is not None and r.int("max_window_layers", nullable=False) > 0:
             # transformers windows only the layers from max_window_layers on: one window for all
@@ -306,7 +310,7 @@ def _decoder_fields(r: _Reader, arch: Arch, fields: dict, key_of: dict, warned: 
         layer_types = data.get("layer_types")
         if isinstance(layer_types, list) and any(t != "full_attention" for t in layer_types) and window is None:
             warned.append("layer_types with sliding_attention layers")
-    elif "sliding_window" in arch.defaults:
+    elif "sliding_window" in arch.options:
         window = r.int("sliding_window")
     else:
         window = None
