@@ -183,11 +183,19 @@ def test_models_lists_the_config_json_architectures(capsys):
 
 
 def test_validate_refuses_what_the_runtime_cannot_build(capsys):
-    code = main(["validate", "--hw", "cpu-2core", "--model", str(HF_DIR / "qwen2-7b"),
-                 "--strategy", "zero3", "--micro-batch", "1", "-o", "/tmp/h4-never.json"])
-    _, err = capsys.readouterr()
-    lines = [l for l in err.splitlines() if "error" in l]
-    assert code == 2 and len(lines) == 1 and "qkv_bias" in lines[0] and "--impl hf" in lines[0]
+    for name, field in (("phi-3-mini-4k", "fused_qkv"), ("mixtral-8x7b-v0.1", "n_experts")):
+        code = main(["validate", "--hw", "cpu-2core", "--model", str(HF_DIR / name),
+                     "--strategy", "zero3", "--micro-batch", "1", "-o", "/tmp/h4-never.json"])
+        _, err = capsys.readouterr()
+        lines = [l for l in err.splitlines() if "error" in l]
+        assert code == 2 and len(lines) == 1 and field in lines[0] and "--impl hf" in lines[0]
+
+
+def test_runtime_builds_qwen2_and_gemma_structure():
+    from osdp_sim.model.config import runtime_gaps
+    assert runtime_gaps(load_model_config(str(HF_DIR / "qwen2-7b"), notes=[])) == []
+    assert runtime_gaps(load_model_config(str(HF_DIR / "gemma-7b"), notes=[])) == []
+    assert runtime_gaps(load_model_config(str(HF_DIR / "mistral-7b-v0.1"), notes=[], seq_len=8192)) == ["sliding_window"]
 
 
 # Variants of the published configs, shrunk to 2 layers, that flip the options an architecture

@@ -157,12 +157,25 @@ def differs_from_family(cfg: ModelConfig) -> list[str]:
     return out
 
 
+# What the runtime's modules build beyond their family's structure: the llama modules take
+# biases, a head size and a GeGLU activation from the config (Qwen2, Gemma).
+RUNTIME_OPTIONS = {"gpt2": (), "bert": (),
+                   "llama": ("qkv_bias", "attn_out_bias", "mlp_bias", "mlp_kind", "head_size")}
+
+
+def runtime_gaps(cfg: ModelConfig) -> list[str]:
+    """Fields the runtime's own modules cannot build as cfg has them."""
+    ok = RUNTIME_OPTIONS.get(cfg.family, ())
+    return [f for f in differs_from_family(cfg)
+            if f not in ok or (f == "mlp_kind" and cfg.mlp_kind == "gelu")]
+
+
 def check_runtime_buildable(cfg: ModelConfig, source: str | None = None) -> None:
-    """The runtime's own torch modules build the three families as they are; a config that
-    differs (biases, head size, fused projections, experts, a window shorter than the sequence)
+    """The runtime's own torch modules build the three families (and RUNTIME_OPTIONS); a config
+    that differs otherwise (fused projections, experts, a window shorter than the sequence, ...)
     would run as a different model, so it is refused rather than measured wrongly."""
     from osdp_sim.errors import UserError
-    gaps = differs_from_family(cfg)
+    gaps = runtime_gaps(cfg)
     if gaps:
         raise UserError(f"the runtime's {cfg.family} modules cannot build this model as it is "
                         f"({', '.join(gaps)} differ from the built-in structure); running the "
