@@ -1,5 +1,5 @@
-"""The config.json description against transformers' own implementation on tiny Llama and
-Mixtral configs: forward FLOPs per group must agree (torch's FLOP counter, eager attention and
+"""The config.json description against transformers' own implementation on tiny Llama,
+Mixtral, GPT-2 and BERT configs: forward FLOPs per group must agree (torch's FLOP counter, eager attention and
 experts); the bytes saved for backward (saved-tensor hooks, sdpa attention, grouped_mm experts)
 are reported, not forced: HF keeps more than the description (docs/models.md gives the numbers
 and why). Needs torch and transformers."""
@@ -21,6 +21,11 @@ CASES = {
     "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
     "mixtral": {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
                 "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 96},
+    "gpt2": {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 64,
+             "n_layer": 2, "n_head": 4, "n_positions": 64, "tie_word_embeddings": True,
+             "attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0},
+    "bert": {"architectures": ["BertForMaskedLM"], "model_type": "bert", "tie_word_embeddings": True,
+             "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
 }
 B, S = 2, 32
 
@@ -29,7 +34,8 @@ def _measure(tmp_path, case, dtype):
     (tmp_path / "config.json").write_text(json.dumps({**TINY, **CASES[case]}))
     cfg = transformers.AutoConfig.from_pretrained(str(tmp_path))
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg).to(dtype).train()
+    auto = transformers.AutoModelForMaskedLM if case == "bert" else transformers.AutoModelForCausalLM
+    model = auto.from_config(cfg).to(dtype).train()
     idx = torch.randint(0, TINY["vocab_size"], (B, S))
     spec = load_model(str(tmp_path), notes=[], seq_len=S)
     return spec, measure_hf(model, idx), model.config
@@ -58,6 +64,7 @@ def test_saved_bytes_reported(tmp_path, case, dtype, capsys):
         print(f"\n{case} {dtype} (attention {cfg._attn_implementation}, experts "
               f"{getattr(cfg, '_experts_implementation', '-')}): total hf {hf_total:,.0f} B, "
               f"ours {ours_total:,.0f} B ({hf_total / ours_total - 1:+.1%}); " + "; ".join(rows))
-    # HF keeps more than the description (RMSNorm's normalised output, rotary cos/sin, routing
-    # bookkeeping), never less, and within a factor the docs account for
-    assert ours_total <= hf_total <= 2.0 * ours_total
+    # Not forced equal (docs/models.md: what HF keeps beyond the description, per model): every
+    # group is found and the totals stay within the range the docs account for.
+    assert set(hf["saved_bytes"]) == {g.name for g in spec.groups}
+    assert 0.85 * ours_total <= hf_total <= 1.8 * ours_total

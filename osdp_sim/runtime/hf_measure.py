@@ -1,5 +1,4 @@
-"""Measure a transformers decoder (Llama-style layout: model.embed_tokens, model.layers[i] with
-input_layernorm + self_attn and post_attention_layernorm + mlp, model.norm, lm_head) per operator
+"""Measure a transformers model (found through its Layout, osdp_sim/model/layout.py) per operator
 group of the description: the bytes saved for backward (saved-tensor hooks, once per storage, as
 saved_tensors.py does for the built-in modules) and the forward FLOPs (torch.utils.flop_counter).
 
@@ -10,19 +9,30 @@ config.json description with what transformers' own implementation keeps (docs/m
 import torch
 from torch import nn
 
+from osdp_sim.model.layout import HF_LAYOUTS, Layout
 
-def hf_group_scopes(model: nn.Module) -> dict[nn.Module, str]:
-    """Module -> description group name. The loss (computed in the top model's forward) and the
-    final norm belong to 'head'."""
-    inner = model.model
-    scopes: dict[nn.Module, str] = {inner.embed_tokens: "embed", inner.norm: "head", model.lm_head: "head"}
-    for i, layer in enumerate(inner.layers):
-        scopes[layer.input_layernorm] = scopes[layer.self_attn] = f"block{i}.attn"
-        scopes[layer.post_attention_layernorm] = scopes[layer.mlp] = f"block{i}.mlp"
+
+def group_scopes(model: nn.Module, layout: Layout | None = None) -> dict[nn.Module, str]:
+    """Module -> description group name ('embed', 'block{i}.attn', 'block{i}.mlp', 'head'),
+    found through `layout` (default: the transformers layout of the model's class)."""
+    if layout is None:
+        name = type(model).__name__
+        if name not in HF_LAYOUTS:
+            raise ValueError(f"no layout for {name}; give one (osdp_sim.model.layout.Layout)")
+        layout = HF_LAYOUTS[name]
+    scopes: dict[nn.Module, str] = {}
+    for path in layout.embed:
+        scopes[model.get_submodule(path)] = "embed"
+    for path in layout.head:
+        scopes[model.get_submodule(path)] = "head"
+    for i, block in enumerate(model.get_submodule(layout.blocks)):
+        for kind in ("attn", "mlp"):
+            for path in getattr(layout, kind):
+                scopes[block.get_submodule(path)] = f"block{i}.{kind}"
     return scopes
 
 
-def measure_hf(model: nn.Module, idx: torch.Tensor) -> dict[str, dict[str, float]]:
+def measure_hf(model: nn.Module, idx: torch.Tensor, layout: Layout | None = None) -> dict[str, dict[str, float]]:
     """{'saved_bytes': {group: bytes}, 'flops': {group: forward FLOPs}} of one forward with
     labels = idx (the loss included, charged to 'head', with everything outside the groups).
 
@@ -32,7 +42,7 @@ def measure_hf(model: nn.Module, idx: torch.Tensor) -> dict[str, dict[str, float
     bytes come from the model as configured."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    scopes = hf_group_scopes(model)
+    scopes = group_scopes(model, layout)
     state = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
     seen: set[int] = set()
     saved: dict[str, float] = {}
