@@ -268,13 +268,15 @@ def build_plan(spec: dict, model_cfg, nproc: int, *, hw=None, source: str = "<ca
     """A Plan from a campaign plan spec (already checked by _check_plan_spec)."""
     from osdp_sim.model.spec import build_spec
     from osdp_sim.plan import load_plan, plan_from_dict
+    from osdp_sim.plan.io import VERSION as PLAN_VERSION
 
     def fail(fld, msg):
         raise UserError(msg, source=source, field=f"{field}.{fld}" if fld else field)
 
     if "file" in spec:
         plan = load_plan(spec["file"])
-        if plan.model.to_dict() != model_cfg.to_dict():
+        # `source` says where each came from (a plan file of format 1 has none): not the model
+        if plan.model.to_dict() | {"source": ""} != model_cfg.to_dict() | {"source": ""}:
             fail("file", f"the plan is for model {plan.model.name!r}, the run for {model_cfg.name!r}")
         if plan.devices != nproc:
             fail("file", f"the plan is for {plan.devices} devices, the run has nproc {nproc}")
@@ -305,7 +307,7 @@ def build_plan(spec: dict, model_cfg, nproc: int, *, hw=None, source: str = "<ca
                         else spec["strategy"]) for key in spec_.plan_keys}
     else:
         groups = _expand_groups(spec["groups"], spec_.plan_keys, fail)
-    d = {"format": "osdp-sim/plan", "version": 1, **common, "groups": groups,
+    d = {"format": "osdp-sim/plan", "version": PLAN_VERSION, **common, "groups": groups,
          "notes": {"made_by": "osdp-sim campaign"}}
     return plan_from_dict(d, source=f"{source}: {field}")
 
