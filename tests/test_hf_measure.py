@@ -1,5 +1,5 @@
-"""The config.json description against transformers' own implementation on tiny Llama,
-Mixtral, GPT-2 and BERT configs: forward FLOPs per group must agree (torch's FLOP counter, eager attention and
+"""The config.json description against transformers' own implementation on tiny configs of
+every supported architecture but Mistral (Llama's modules with a window): forward FLOPs per group must agree (torch's FLOP counter, eager attention and
 experts); the bytes saved for backward (saved-tensor hooks, sdpa attention, grouped_mm experts)
 are reported, not forced: HF keeps more than the description (docs/models.md gives the numbers
 and why). Needs torch and transformers."""
@@ -21,6 +21,10 @@ CASES = {
     "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
     "mixtral": {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
                 "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 96},
+    "qwen2": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"},
+    "gemma": {"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "head_dim": 24,
+              "tie_word_embeddings": True},
+    "phi3": {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "pad_token_id": 0},
     "gpt2": {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 64,
              "n_layer": 2, "n_head": 4, "n_positions": 64, "tie_word_embeddings": True,
              "attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0},

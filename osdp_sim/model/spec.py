@@ -211,9 +211,10 @@ def _attention(cfg: ModelConfig) -> tuple[tuple[LinearShape, ...], Activations]:
         # x (LN input), LN out (c_attn input), qkv (q, k, v are views of it), SDPA out (c_proj input)
         return lin, Activations(2.0 * h + (q + 2.0 * kv) + q, fixed)
     if cfg.fused_qkv:
-        # x, norm out, the fused qkv output (v is a view of it, so it stays whole), q and k after
-        # rotary, SDPA out
-        return lin, Activations(2.0 * h + (q + 2.0 * kv) + q + kv + q, fixed)
+        # As transformers 5.x's Phi3 keeps it (measured, tests/test_hf_measure.py): x, norm out,
+        # q and k after rotary, v (a copy: the fused output itself is not kept), SDPA out and
+        # the output projection's input (a copy of it)
+        return lin, Activations(2.0 * h + 3.0 * q + 2.0 * kv, fixed)
     # x (norm input), norm out (q/k/v input), q after rotary, k after rotary and v (SDPA's GQA
     # keeps them unexpanded), SDPA out (o_proj input). Rotary keeps only its shared cos/sin tables.
     return lin, Activations(2.0 * h + 2.0 * q + 2.0 * kv, fixed)
