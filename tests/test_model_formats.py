@@ -64,3 +64,26 @@ def test_v1_plan_with_a_v2_model_key_is_refused(tmp_path):
 def test_v1_fields_are_the_old_ones():
     d = json.loads(PLANS[0].read_text())
     assert sorted(d["model"]) == sorted(V1_FIELDS)
+
+
+def test_committed_records_keep_their_names_in_format_2():
+    """A campaign finds the records it made before the bump: the name a run gets from its plan
+    written in format 2 is the name its format 1 record has."""
+    from osdp_sim.records import record_name
+    named = 0
+    for path in RECORDS:
+        rec = load_record(path)
+        if record_name(rec.data) != path.name:
+            continue                 # saved under a name of its own (save_record_as)
+        named += 1
+        assert record_name(dict(rec.data, plan=plan_to_dict(rec.plan))) == path.name
+    assert named >= 50
+
+
+def test_a_model_format_1_cannot_say_gets_a_new_name():
+    from osdp_sim.records.record import plan_identity
+    plan = uniform_plan(load_model_config("llama-tiny"), "zero3", devices=2, micro_batch=1)
+    assert plan_identity(plan_to_dict(plan))["version"] == 1
+    qwen = with_overrides(load_model_config("llama-tiny"), qkv_bias=True)
+    d = plan_identity(plan_to_dict(uniform_plan(qwen, "zero3", devices=2, micro_batch=1)))
+    assert d["version"] == 2 and d["model"]["qkv_bias"] is True
