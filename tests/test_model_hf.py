@@ -227,3 +227,20 @@ def test_param_count_of_variants_equals_transformers(tmp_path, name, change):
             d[k] = v
     (tmp_path / "config.json").write_text(json.dumps(d))
     assert load_model(str(tmp_path), notes=[]).param_count == transformers_param_count(tmp_path)
+
+
+def test_campaign_with_a_model_the_runtime_cannot_build_fails_before_any_run(tmp_path):
+    import yaml
+    from osdp_sim.calibrate.campaign import load_campaign
+    from tests.test_calibrate import _campaign
+    model = str(HF_DIR / "mixtral-8x7b-v0.1")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_campaign(tmp_path, runs=[
+        {"model": model, "nproc": 2, "plans": [{"strategy": "zero3", "micro_batch": 1}]}])))
+    with pytest.raises(UserError) as e:
+        load_campaign(path)
+    assert e.value.field == "runs[0].model" and "n_experts" in str(e.value)
+    path.write_text(yaml.safe_dump(_campaign(tmp_path, runs=[
+        {"model": str(HF_DIR / "qwen2-7b"), "seq_len": 64, "nproc": 2,
+         "plans": [{"strategy": "zero3", "micro_batch": 1}]}])))
+    assert load_campaign(path).runs[0].model.endswith("qwen2-7b")

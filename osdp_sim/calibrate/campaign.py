@@ -156,6 +156,7 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
     if not isinstance(runs_raw, list) or not runs_raw:
         fail("runs", "expected a non-empty list of {model, nproc, plans}")
     runs = []
+    from osdp_sim.model.config import check_runtime_buildable
     from osdp_sim.model.load import load_model_config
     for i, r in enumerate(runs_raw):
         f = f"runs[{i}]"
@@ -165,7 +166,8 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
         model = _text(r["model"], f"{f}.model", fail)
         seq_len = None if r.get("seq_len") is None else _int(r["seq_len"], f"{f}.seq_len", fail, lo=1)
         try:
-            load_model_config(model, seq_len=seq_len)
+            # runs execute the runtime's own modules: a model they cannot build fails here, once
+            check_runtime_buildable(load_model_config(model, seq_len=seq_len, notes=[]))
         except UserError as e:
             fail(f"{f}.model", str(e).split(": ", 1)[-1])
         nproc = _int(r["nproc"], f"{f}.nproc", fail, lo=1)
