@@ -244,3 +244,12 @@ def test_campaign_with_a_model_the_runtime_cannot_build_fails_before_any_run(tmp
         {"model": str(HF_DIR / "qwen2-7b"), "seq_len": 64, "nproc": 2,
          "plans": [{"strategy": "zero3", "micro_batch": 1}]}])))
     assert load_campaign(path).runs[0].model.endswith("qwen2-7b")
+
+
+@pytest.mark.parametrize("seq_len", [None, 64])
+def test_a_learned_position_table_must_have_rows(tmp_path, seq_len):
+    d = json.loads((HF_DIR / "gpt2" / "config.json").read_text())
+    d["n_positions"] = 0
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    with pytest.raises(UserError, match="n_positions: expected a positive whole number"):
+        load_model(str(tmp_path), notes=[], seq_len=seq_len)

@@ -256,15 +256,14 @@ def from_hf_dict(data: dict, arch: Arch, *, source: str, name: str,
     fields.update(arch.fixed)
 
     notes = []
+    pos_key = "n_positions" if arch.family == "gpt2" else "max_position_embeddings"
+    key_of["seq_len"] = "--seq-len" if seq_len is not None else pos_key
+    if (seq_len is None or arch.family != "llama") and (positions is None or positions < 1):
+        r.fail(pos_key, f"expected a positive whole number, got {positions!r}")
     if seq_len is None:
-        if positions is None or isinstance(positions, bool) or not isinstance(positions, int) or positions < 1:
-            r.fail("max_position_embeddings", f"expected a positive whole number, got {positions!r}")
         seq_len = min(positions, DEFAULT_MAX_SEQ_LEN)
-        pos_key = "n_positions" if arch.family == "gpt2" else "max_position_embeddings"
         notes.append(f"{source}: {arch.name}, sequence length {seq_len} (min of {pos_key} "
                      f"{positions} and {DEFAULT_MAX_SEQ_LEN}); --seq-len overrides")
-    key_of["seq_len"] = "--seq-len" if not notes else (
-        "n_positions" if arch.family == "gpt2" else "max_position_embeddings")
     unknown = sorted(k for k in data if k not in r.used and k not in arch.accepted
                      and k not in arch.zero_or_warn and k not in _COMMON_ACCEPTED)
     if warned or unknown:
