@@ -145,3 +145,9 @@ def test_extreme_legal_hidden_gives_finite_numbers(tmp_path):
     f.write_text(_BASE.replace("hidden: 64", "hidden: 1000000000"))
     spec = load_model(str(f))
     assert spec.param_count > 1e18 and spec.fwd_flops_per_token < float("inf")
+
+
+@pytest.mark.parametrize("suffix", ["", ".yaml", ".json"])
+def test_a_path_the_os_refuses_is_a_clean_error(suffix):
+    with pytest.raises(UserError):
+        load_model("m" * 5000 + suffix)

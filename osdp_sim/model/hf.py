@@ -134,7 +134,11 @@ _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "interme
 
 def find_config_json(path: Path) -> Path:
     """`path` itself, or the config.json of a folder (as from_pretrained folders hold it)."""
-    if path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except (OSError, ValueError):
+        is_dir = False           # a name the OS refuses: reading it gives the one-line error
+    if is_dir:
         inner = path / "config.json"
         if not inner.is_file():
             raise UserError("this folder holds no config.json; give a model YAML file, a Hugging "

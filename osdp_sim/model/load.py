@@ -51,12 +51,12 @@ def load_model_config(arg: str, *, notes: list | None = None, **overrides) -> Mo
     path = Path(arg)
     if arg in BUILTIN:
         cfg, key_of = BUILTIN[arg], None
-    elif arg.endswith(".json") or path.is_dir() or path.name == "config.json":
+    elif arg.endswith(".json") or _probe(path, Path.is_dir) or path.name == "config.json":
         from osdp_sim.model.hf import find_config_json, read_hf_config
         json_path = find_config_json(path)
         cfg, keys, lines = read_hf_config(json_path, seq_len=given.get("seq_len"))
         key_of, arg = keys.get, str(json_path)
-    elif arg.endswith((".yaml", ".yml")) or path.exists():
+    elif arg.endswith((".yaml", ".yml")) or _probe(path, Path.exists):
         cfg, key_of = _config_from_yaml(path), _YAML_KEY_OF.get
     else:
         raise UserError(f"unknown model {arg!r}; use a built-in name ({', '.join(sorted(BUILTIN))}), "
@@ -69,6 +69,14 @@ def load_model_config(arg: str, *, notes: list | None = None, **overrides) -> Mo
         for line in lines:
             print(line, file=sys.stderr)
     return cfg
+
+
+def _probe(path: Path, test) -> bool:
+    """Path.is_dir / exists, False where the OS refuses the name (too long, ...)."""
+    try:
+        return test(path)
+    except (OSError, ValueError):
+        return False
 
 
 def _override_key_of(given: dict, key_of):
@@ -136,7 +144,7 @@ def check_value(value, want: type, *, source: str, field: str, allow_empty: bool
 
 def _config_from_yaml(path: Path) -> ModelConfig:
     src = str(path)
-    if path.is_dir():
+    if _probe(path, Path.is_dir):
         raise UserError("is a folder, not a model YAML file", source=src)
     try:
         data = yaml.safe_load(read_text(path))
