@@ -126,6 +126,8 @@ def read_text(path: Path, kind: str = "model") -> str:
         raise UserError(f"is a folder, not a {kind} file", source=src) from None
     except OSError as e:
         raise UserError(f"cannot read {kind} file ({e.strerror})", source=src) from None
+    except ValueError as e:          # a NUL byte in the name
+        raise UserError(f"not a usable file name ({e})", source=repr(src)) from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
