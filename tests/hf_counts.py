@@ -1,6 +1,6 @@
 """Parameter counts of the published configs under tests/data/hf as transformers builds them
 (meta device, unique parameters as model.parameters() yields them). Run as a script to rewrite
-tests/data/hf/param_counts.json: python -m tests.hf_counts"""
+tests/data/hf/param_counts.json: python tests/hf_counts.py"""
 
 import json
 from pathlib import Path

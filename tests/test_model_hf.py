@@ -11,7 +11,7 @@ from osdp_sim.cli.main import main
 from osdp_sim.errors import UserError
 from osdp_sim.model import load_model, load_model_config
 from osdp_sim.model.hf import ARCHITECTURES
-from tests.hf_counts import COUNTS, HF_DIR, transformers_param_count
+from hf_counts import COUNTS, HF_DIR, transformers_param_count
 
 CACHED = json.loads(COUNTS.read_text())["counts"]
 FOLDERS = sorted(d.name for d in HF_DIR.iterdir() if (d / "config.json").is_file())
@@ -32,7 +32,7 @@ def test_param_count_equals_transformers_cached(name):
 @pytest.mark.parametrize("name", FOLDERS)
 def test_param_count_equals_transformers_built_on_meta(name):
     n = transformers_param_count(HF_DIR / name)
-    assert n == CACHED[name], "tests/data/hf/param_counts.json is stale: python -m tests.hf_counts"
+    assert n == CACHED[name], "tests/data/hf/param_counts.json is stale: python tests/hf_counts.py"
     assert load_model(str(HF_DIR / name / "config.json"), notes=[]).param_count == n
 
 
@@ -232,7 +232,7 @@ def test_param_count_of_variants_equals_transformers(tmp_path, name, change):
 def test_campaign_with_a_model_the_runtime_cannot_build_fails_before_any_run(tmp_path):
     import yaml
     from osdp_sim.calibrate.campaign import load_campaign
-    from tests.test_calibrate import _campaign
+    from test_calibrate import _campaign
     model = str(HF_DIR / "mixtral-8x7b-v0.1")
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(_campaign(tmp_path, runs=[
