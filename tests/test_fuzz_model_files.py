@@ -20,7 +20,7 @@ YAML_MODEL = {"name": "fuzz", "family": "llama", "layers": 2, "hidden": 64, "hea
 ODD_VALUES = [-1, 0, 1, 3, 2.0, 0.5, True, False, None, "7", "", float("nan"), float("inf"),
               -float("inf"), 10 ** 9, 10 ** 13, 10 ** 30, -10 ** 30, [1], {"a": 1}, "llama", "gpt2"]
 
-SETTINGS = settings(max_examples=120, derandomize=True, deadline=None,
+SETTINGS = settings(max_examples=250, derandomize=True, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
