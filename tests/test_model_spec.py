@@ -112,7 +112,7 @@ def test_bad_yaml_values_name_the_yaml_key(tmp_path, extra, key):
 
 def test_yaml_range_errors_name_the_yaml_key_not_the_field(tmp_path):
     f = tmp_path / "bad.yaml"
-    f.write_text(_BASE.replace("layers: 2", "layers: 20000"))
+    f.write_text(_BASE.replace("layers: 2", "layers: 200000"))
     with pytest.raises(UserError) as e:
         load_model(str(f))
     assert f"{f}: layers:" in str(e.value) and "n_layers" not in str(e.value)

@@ -12,7 +12,7 @@ from osdp_sim.model.spec import ModelSpec, build_spec
 
 # Bounds that keep every count finite in floating point (parameters, FLOPs, bytes) and the model
 # description small enough to build: no published transformer comes near them.
-MAX_LAYERS = 10_000
+MAX_LAYERS = 100_000
 MAX_DIM = 2 ** 40
 
 # Every ModelConfig field: (type, minimum). Ints are checked against MAX_DIM (MAX_LAYERS for
