@@ -87,3 +87,67 @@ def test_unknown_model_name_lists_builtins():
 
 def test_seq_len_override():
     assert load_model("gpt2-124m", seq_len=512).seq_len == 512
+
+
+_BASE = "family: bert\nlayers: 2\nhidden: 64\nheads: 4\nvocab: 100\nseq_len: 32\n"
+
+
+@pytest.mark.parametrize("extra,key", [
+    ("type_vocab: -3\n", "type_vocab"),        # negative: was accepted, negative parameter counts
+    ("type_vocab: 0\n", "type_vocab"),
+    ("kv_heads: -1\n", "kv_heads"),
+    ("ffn: 2.0\n", "ffn"),                     # a float is not a whole number
+    ("max_positions: .nan\n", "max_positions"),
+    ("tied_head: 1\n", "tied_head"),           # an int is not a bool
+    ("name: 5\n", "name"),
+    ("ffn: 100000000000000000000\n", "ffn"),   # beyond any real model: clean error, not overflow
+])
+def test_bad_yaml_values_name_the_yaml_key(tmp_path, extra, key):
+    f = tmp_path / "bad.yaml"
+    f.write_text(_BASE + extra)
+    with pytest.raises(UserError) as e:
+        load_model(str(f))
+    assert str(e.value).startswith(f"{f}: {key}:")
+
+
+def test_yaml_range_errors_name_the_yaml_key_not_the_field(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text(_BASE.replace("layers: 2", "layers: 200000"))
+    with pytest.raises(UserError) as e:
+        load_model(str(f))
+    assert f"{f}: layers:" in str(e.value) and "n_layers" not in str(e.value)
+
+
+def test_seq_len_override_errors_name_the_flag():
+    with pytest.raises(UserError) as e:
+        load_model("gpt2-tiny", seq_len=4096)
+    assert "--seq-len" in str(e.value)
+
+
+def test_non_utf8_yaml_is_a_clean_error(tmp_path):
+    f = tmp_path / "latin.yaml"
+    f.write_bytes(_BASE.encode() + b"name: caf\xe9\n")
+    with pytest.raises(UserError) as e:
+        load_model(str(f))
+    assert str(f) in str(e.value) and "UTF-8" in str(e.value)
+
+
+def test_folder_named_like_a_yaml_file_is_a_clean_error(tmp_path):
+    d = tmp_path / "model.yaml"
+    d.mkdir()
+    with pytest.raises(UserError) as e:
+        load_model(str(d))
+    assert str(d) in str(e.value) and "folder" in str(e.value)
+
+
+def test_extreme_legal_hidden_gives_finite_numbers(tmp_path):
+    f = tmp_path / "wide.yaml"
+    f.write_text(_BASE.replace("hidden: 64", "hidden: 1000000000"))
+    spec = load_model(str(f))
+    assert spec.param_count > 1e18 and spec.fwd_flops_per_token < float("inf")
+
+
+@pytest.mark.parametrize("suffix", ["", ".yaml", ".json"])
+def test_a_path_the_os_refuses_is_a_clean_error(suffix):
+    with pytest.raises(UserError):
+        load_model("m" * 5000 + suffix)

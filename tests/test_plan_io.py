@@ -64,6 +64,12 @@ BAD = [
     ("checkpoint out of range", _mut(lambda d: d.update(checkpoint=[0, 7])), "checkpoint"),
     ("bad model field", _mut(lambda d: d["model"].update(hidden=-1)), "hidden"),
     ("unknown model field", _mut(lambda d: d["model"].update(colour=1)), "colour"),
+    ("model bool as text", _mut(lambda d: d["model"].update(tied_head="false")), "model.tied_head"),
+    ("model name a number", _mut(lambda d: d["model"].update(name=5)), "model.name"),
+    ("model float layers", _mut(lambda d: d["model"].update(n_layers=4.0)), "model.n_layers"),
+    ("model bool hidden", _mut(lambda d: d["model"].update(hidden=True)), "model.hidden"),
+    ("model negative type vocab", _mut(lambda d: d["model"].update(type_vocab_size=-2)), "model.type_vocab_size"),
+    ("model not a mapping", _mut(lambda d: d.update(model=[1])), "model"),
 ]
 
 

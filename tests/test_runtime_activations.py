@@ -4,6 +4,7 @@ backward: saved tensors per group, one count per storage, parameters and buffers
 import pytest
 import torch
 
+from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import build_spec
 from osdp_sim.runtime.modules import build_model
@@ -17,8 +18,18 @@ TINY = ("gpt2-tiny", "bert-tiny", "llama-tiny")
 RTOL = {torch.float32: 1e-9, torch.bfloat16: 0.01}
 
 
+# Llama-family shapes the runtime builds beyond the built-ins: Qwen2's q/k/v bias, Gemma's head
+# size (not hidden / heads), GeGLU and tied head.
+EXTRA = {
+    "qwen2-like": with_overrides(BUILTIN["llama-tiny"], name="qwen2-like", qkv_bias=True),
+    "gemma-like": with_overrides(BUILTIN["llama-tiny"], name="gemma-like", head_size=96,
+                                 mlp_kind="geglu", tied_head=True, mlp_bias=True),
+}
+CONFIGS = {**BUILTIN, **EXTRA}
+
+
 def _measure(name, dtype, checkpointed=()):
-    cfg = BUILTIN[name]
+    cfg = CONFIGS[name]
     model = build_model(cfg, seed=0).to(dtype)
     for i in checkpointed:
         model.blocks[i].checkpointed = True
@@ -29,7 +40,7 @@ def _measure(name, dtype, checkpointed=()):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("name", TINY)
+@pytest.mark.parametrize("name", TINY + tuple(EXTRA))
 def test_every_group_keeps_what_the_spec_says(name, dtype):
     cfg, _, measured = _measure(name, dtype)
     spec = build_spec(cfg)

@@ -23,9 +23,18 @@ SMALL = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(BUILTIN))
+# What the llama modules build beyond the built-ins (Qwen2's q/k/v bias, Gemma's head size,
+# GeGLU, tied head); config.json shapes of those architectures run on them.
+LLAMA_OPTIONS = {
+    "qwen2-like": with_overrides(BUILTIN["llama-tiny"], qkv_bias=True),
+    "gemma-like": with_overrides(BUILTIN["llama-tiny"], head_size=96, mlp_kind="geglu",
+                                 tied_head=True, attn_out_bias=True, mlp_bias=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN) + sorted(LLAMA_OPTIONS))
 def test_parameter_counts_equal_the_spec_group_by_group(name):
-    cfg = BUILTIN[name]
+    cfg = BUILTIN.get(name) or LLAMA_OPTIONS[name]
     spec = build_spec(cfg)
     with torch.device("meta"):
         model = build_model(cfg)
@@ -127,3 +136,11 @@ def test_bad_inputs():
     model = build_model(SMALL["gpt2"])
     with pytest.raises(ValueError, match="sequence length 17"):
         model(torch.zeros(1, 17, dtype=torch.long), torch.zeros(1, 17, dtype=torch.long))
+
+
+@pytest.mark.parametrize("change,field", [({"fused_qkv": True}, "fused_qkv"),
+                                          ({"n_experts": 4, "top_k": 2}, "n_experts"),
+                                          ({"sliding_window": 64}, "sliding_window")])
+def test_configs_the_modules_cannot_build_are_refused(change, field):
+    with pytest.raises(UserError, match=field):
+        build_model(with_overrides(BUILTIN["llama-tiny"], **change))

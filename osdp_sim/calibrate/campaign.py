@@ -162,6 +162,7 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
     if not isinstance(runs_raw, list) or not runs_raw:
         fail("runs", "expected a non-empty list of {model, nproc, plans}")
     runs = []
+    from osdp_sim.model.config import check_runtime_buildable
     from osdp_sim.model.load import load_model_config
     for i, r in enumerate(runs_raw):
         f = f"runs[{i}]"
@@ -171,7 +172,8 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
         model = _text(r["model"], f"{f}.model", fail)
         seq_len = None if r.get("seq_len") is None else _int(r["seq_len"], f"{f}.seq_len", fail, lo=1)
         try:
-            load_model_config(model, seq_len=seq_len)
+            # runs execute the runtime's own modules: a model they cannot build fails here, once
+            check_runtime_buildable(load_model_config(model, seq_len=seq_len, notes=[]))
         except UserError as e:
             fail(f"{f}.model", str(e).split(": ", 1)[-1])
         nproc = _int(r["nproc"], f"{f}.nproc", fail, lo=1)
@@ -274,13 +276,15 @@ def build_plan(spec: dict, model_cfg, nproc: int, *, hw=None, source: str = "<ca
     """A Plan from a campaign plan spec (already checked by _check_plan_spec)."""
     from osdp_sim.model.spec import build_spec
     from osdp_sim.plan import load_plan, plan_from_dict
+    from osdp_sim.plan.io import VERSION as PLAN_VERSION
 
     def fail(fld, msg):
         raise UserError(msg, source=source, field=f"{field}.{fld}" if fld else field)
 
     if "file" in spec:
         plan = load_plan(spec["file"])
-        if plan.model.to_dict() != model_cfg.to_dict():
+        # `source` says where each came from (a plan file of format 1 has none): not the model
+        if plan.model.to_dict() | {"source": ""} != model_cfg.to_dict() | {"source": ""}:
             fail("file", f"the plan is for model {plan.model.name!r}, the run for {model_cfg.name!r}")
         if plan.devices != nproc:
             fail("file", f"the plan is for {plan.devices} devices, the run has nproc {nproc}")
@@ -311,7 +315,7 @@ def build_plan(spec: dict, model_cfg, nproc: int, *, hw=None, source: str = "<ca
                         else spec["strategy"]) for key in spec_.plan_keys}
     else:
         groups = _expand_groups(spec["groups"], spec_.plan_keys, fail)
-    d = {"format": "osdp-sim/plan", "version": 1, **common, "groups": groups,
+    d = {"format": "osdp-sim/plan", "version": PLAN_VERSION, **common, "groups": groups,
          "notes": {"made_by": "osdp-sim campaign"}}
     return plan_from_dict(d, source=f"{source}: {field}")
 

@@ -28,7 +28,8 @@ def byte_size(text: str) -> int:
 
 def add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--model", required=required,
-                   help="built-in model name (osdp-sim models) or a model YAML file")
+                   help="built-in model name (osdp-sim models), a model YAML file, or a Hugging Face "
+                   "config.json or a folder holding one (docs/models.md)")
     p.add_argument("--seq-len", type=positive_int, help="override the model's sequence length")
 
 

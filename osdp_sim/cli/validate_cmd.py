@@ -87,6 +87,8 @@ def _plan(args, hw, nproc_default: int):
         raise UserError(f"--nproc {nproc} but the plan is for {plan.devices} devices; run with --nproc "
                         f"{plan.devices}, or make a plan for {nproc} devices (osdp-sim search ... "
                         f"--gpus {nproc} -o plan.json)", source=args.plan, field="devices")
+    from osdp_sim.model.config import check_runtime_buildable
+    check_runtime_buildable(plan.model, source=args.plan or args.model)
     return plan
 
 

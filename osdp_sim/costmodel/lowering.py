@@ -189,6 +189,15 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
                    optimizer_temp, tokens)
 
 
+def linear_time_s(hw: HardwareProfile, l, tokens: int, dtype: str, slices: int = 1) -> float:
+    """Forward GEMMs of one slice (of `slices`) of a Linear over `tokens`. A stack of MoE experts
+    is one GEMM per expert over the tokens routed to it (tokens x active / copies under balanced
+    routing); a slice of the stack holds copies / slices experts."""
+    if l.copies == 1:
+        return gemm_time_s(hw, tokens * l.fwd_flops_per_token / slices, dtype)
+    return l.copies / slices * gemm_time_s(hw, tokens * l.fwd_flops_per_token / l.copies, dtype)
+
+
 def _root_fwd_s(g: OpGroup, hw: HardwareProfile, dtype: str, tokens: int, act: float) -> float:
     gemms = sum(gemm_time_s(hw, 2.0 * tokens * l.weight_params, dtype) for l in g.linears)
     if g.kind == "head":
@@ -202,11 +211,11 @@ def _lower_group(g: OpGroup, block: int, hw: HardwareProfile, plan: Plan, units:
     c = plan.choices[g.plan_key]
     dtype = plan.precision
     k, j = c.slices, c.sharded_slices
-    linear_flops = sum(2.0 * l.weight_params for l in g.linears)
+    linear_flops = sum(l.fwd_flops_per_token for l in g.linears)
     attn_core = tokens * (g.fwd_flops_per_token - linear_flops)     # scores and weighted sum
     core_s = 2 * gemm_time_s(hw, attn_core / 2, dtype) if attn_core > 0 else 0.0
     elem_s = _fwd_elementwise_s(hw, act)
-    slice_s = {l.name: gemm_time_s(hw, 2.0 * tokens * l.weight_params / k, dtype) for l in g.linears}
+    slice_s = {l.name: linear_time_s(hw, l, tokens, dtype, k) for l in g.linears}
 
     if not c.is_split:
         units.append(make_unit(g.name, g.plan_key, c.strategy, g.param_count, hw, plan,

@@ -3,30 +3,91 @@
 from dataclasses import asdict, dataclass, fields
 
 FAMILIES = ("gpt2", "bert", "llama")
+MLP_KINDS = ("gelu", "swiglu", "geglu")
+NORM_KINDS = ("layernorm", "rmsnorm")
+
+# Per family: the value of every structural field left unset (None or "").
+FAMILY_DEFAULTS = {
+    "gpt2": dict(qkv_bias=True, attn_out_bias=True, mlp_bias=True, mlp_kind="gelu",
+                 norm_kind="layernorm", fused_qkv=True),
+    "bert": dict(qkv_bias=True, attn_out_bias=True, mlp_bias=True, mlp_kind="gelu",
+                 norm_kind="layernorm", fused_qkv=False),
+    "llama": dict(qkv_bias=False, attn_out_bias=False, mlp_bias=False, mlp_kind="swiglu",
+                  norm_kind="rmsnorm", fused_qkv=False),
+}
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Shape of a transformer. `family` fixes norm, MLP, bias and head conventions:
+    """Shape of a transformer. `family` fixes the block layout and the embedding and head:
 
-    gpt2  - pre-LN LayerNorm, GELU MLP (4h), biases, learned positions, head tied to the embedding
-    bert  - post-LN LayerNorm, GELU MLP, biases, learned positions + token types, MLM head (tied)
-    llama - pre-norm RMSNorm, SwiGLU MLP (three Linears), no biases, rotary positions,
-            grouped-query attention (n_kv_heads), untied head
+    gpt2  - pre-LN, learned positions, head tied to the embedding
+    bert  - post-LN, learned positions + token types + embedding LayerNorm, MLM head (tied)
+    llama - pre-norm, rotary positions, grouped-query attention (n_kv_heads), untied head
+            (Llama, Mistral, Qwen2, Gemma, Phi3 and Mixtral are this family)
+
+    The structural fields (biases, MLP and norm kind, fused projections) default to the family's
+    conventions when left unset (None or ""): gpt2 and bert have biases, a GELU MLP of two
+    Linears and LayerNorm (gpt2 one fused c_attn); llama no biases, a SwiGLU MLP of three
+    Linears and RMSNorm. After construction every one of them holds its resolved value.
     """
 
     name: str
+    """Shown in reports and used in file names."""
     family: str
+    """One of FAMILIES: block layout, positions, embedding and head."""
     n_layers: int
+    """Transformer blocks."""
     hidden: int
+    """Model width (residual stream), elements per token."""
     n_heads: int
+    """Query heads."""
     vocab_size: int
+    """Token table rows (= LM head outputs)."""
     seq_len: int
-    n_kv_heads: int = 0          # 0 means n_heads
-    ffn_hidden: int = 0          # 0 means 4 * hidden
-    max_positions: int = 0       # learned position table size; 0 means seq_len
-    type_vocab_size: int = 2     # bert only
-    tied_head: bool = True       # llama sets False
+    """Tokens per sample the plan trains on."""
+    n_kv_heads: int = 0
+    """Key/value heads (grouped-query attention); 0 means n_heads."""
+    ffn_hidden: int = 0
+    """MLP inner width (per expert for MoE); 0 means 4 * hidden."""
+    max_positions: int = 0
+    """Learned position table size (gpt2, bert); 0 means seq_len."""
+    type_vocab_size: int = 2
+    """Token type table size (bert only)."""
+    tied_head: bool = True
+    """LM head shares the token table (no weight of its own); llama built-ins set False."""
+    head_size: int = 0
+    """Elements per attention head; 0 means hidden // n_heads (Gemma-7B: 256 at hidden 3072, 16 heads)."""
+    qkv_bias: bool | None = None
+    """Bias on the query, key and value projections (Qwen2: yes)."""
+    attn_out_bias: bool | None = None
+    """Bias on the attention output projection (Qwen2: no)."""
+    mlp_bias: bool | None = None
+    """Bias on the MLP Linears."""
+    mlp_kind: str = ""
+    """'gelu': two Linears (up, down); 'swiglu' / 'geglu': gated, three Linears (gate, up, down)."""
+    norm_kind: str = ""
+    """'layernorm' (weight and bias, fp32 mean and 1/std kept) or 'rmsnorm' (weight, fp32 1/rms)."""
+    fused_qkv: bool | None = None
+    """Query, key and value as one Linear (GPT-2 c_attn, Phi3 qkv_proj): same parameters, one
+    module (what operator splitting and the largest-tensor terms see)."""
+    fused_gate_up: bool = False
+    """Gate and up projections as one Linear of 2 x ffn outputs (Phi3 gate_up_proj, Mixtral's
+    experts in transformers 5.x)."""
+    sliding_window: int = 0
+    """Attention window in tokens (Mistral); 0 means the whole sequence."""
+    n_experts: int = 0
+    """Mixture of experts: MLP experts per block (Mixtral 8); 0 means a dense MLP."""
+    top_k: int = 0
+    """Experts each token is routed to (Mixtral 2); used when n_experts > 0."""
+    source: str = ""
+    """Where the model came from: 'builtin:NAME', 'yaml:PATH', 'hf:PATH (ARCHITECTURE)'."""
+
+    def __post_init__(self):
+        defaults = FAMILY_DEFAULTS.get(self.family, FAMILY_DEFAULTS["llama"])
+        for name, value in defaults.items():
+            if getattr(self, name) in (None, ""):
+                object.__setattr__(self, name, value)
 
     @property
     def kv_heads(self) -> int:
@@ -42,7 +103,29 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.n_heads
+        return self.head_size or self.hidden // self.n_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Query (and attention output) width: heads x head_dim."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def gated(self) -> bool:
+        return self.mlp_kind != "gelu"
+
+    @property
+    def moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def attended_keys(self) -> int:
+        """Keys one query's scores are computed against: the sequence, or the window."""
+        return min(self.seq_len, self.sliding_window) if self.sliding_window else self.seq_len
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,6 +133,54 @@ class ModelConfig:
     @staticmethod
     def field_names() -> tuple[str, ...]:
         return tuple(f.name for f in fields(ModelConfig))
+
+
+# The fields a version-1 plan or record holds; later fields take their defaults when it is read.
+V1_FIELDS = ("name", "family", "n_layers", "hidden", "n_heads", "vocab_size", "seq_len",
+             "n_kv_heads", "ffn_hidden", "max_positions", "type_vocab_size", "tied_head")
+
+
+def differs_from_family(cfg: ModelConfig) -> list[str]:
+    """Fields that take cfg away from its family's built-in structure (what the runtime's own
+    modules build): empty for every built-in model."""
+    out = [name for name, value in FAMILY_DEFAULTS[cfg.family].items() if getattr(cfg, name) != value]
+    if cfg.head_size and cfg.head_size * cfg.n_heads != cfg.hidden:
+        out.append("head_size")
+    if cfg.fused_gate_up:
+        out.append("fused_gate_up")
+    if cfg.family == "bert" and not cfg.tied_head:
+        out.append("tied_head")
+    if cfg.sliding_window and cfg.sliding_window < cfg.seq_len:
+        out.append("sliding_window")
+    if cfg.n_experts:
+        out.append("n_experts")
+    return out
+
+
+# What the runtime's modules build beyond their family's structure: the llama modules take
+# biases, a head size and a GeGLU activation from the config (Qwen2, Gemma).
+RUNTIME_OPTIONS = {"gpt2": (), "bert": (),
+                   "llama": ("qkv_bias", "attn_out_bias", "mlp_bias", "mlp_kind", "head_size")}
+
+
+def runtime_gaps(cfg: ModelConfig) -> list[str]:
+    """Fields the runtime's own modules cannot build as cfg has them."""
+    ok = RUNTIME_OPTIONS.get(cfg.family, ())
+    return [f for f in differs_from_family(cfg)
+            if f not in ok or (f == "mlp_kind" and cfg.mlp_kind == "gelu")]
+
+
+def check_runtime_buildable(cfg: ModelConfig, source: str | None = None) -> None:
+    """The runtime's own torch modules build the three families (and RUNTIME_OPTIONS); a config
+    that differs otherwise (fused projections, experts, a window shorter than the sequence, ...)
+    would run as a different model, so it is refused rather than measured wrongly."""
+    from osdp_sim.errors import UserError
+    gaps = runtime_gaps(cfg)
+    if gaps:
+        raise UserError(f"the runtime's {cfg.family} modules cannot build this model as it is "
+                        f"({', '.join(gaps)} differ from the built-in structure); running the "
+                        "transformers implementation (--impl hf) is not built yet",
+                        source=source or cfg.source or cfg.name, field="--model")
 
 
 def with_overrides(cfg: ModelConfig, **overrides) -> ModelConfig:

@@ -1,10 +1,10 @@
 """Built-in models with their real shapes."""
 
-from osdp_sim.model.config import ModelConfig
+from osdp_sim.model.config import ModelConfig, with_overrides
 
 _GPT2 = dict(family="gpt2", vocab_size=50257, seq_len=1024, max_positions=1024)
 
-BUILTIN: dict[str, ModelConfig] = {c.name: c for c in (
+_BUILTIN = (
     ModelConfig(name="gpt2-124m", n_layers=12, hidden=768, n_heads=12, **_GPT2),
     ModelConfig(name="gpt2-350m", n_layers=24, hidden=1024, n_heads=16, **_GPT2),
     ModelConfig(name="gpt2-774m", n_layers=36, hidden=1280, n_heads=20, **_GPT2),
@@ -29,4 +29,6 @@ BUILTIN: dict[str, ModelConfig] = {c.name: c for c in (
                 vocab_size=8192, seq_len=128, ffn_hidden=688, tied_head=False),
     ModelConfig(name="bert-tiny", family="bert", n_layers=4, hidden=256, n_heads=4,
                 vocab_size=8192, seq_len=128, max_positions=128),
-)}
+)
+
+BUILTIN: dict[str, ModelConfig] = {c.name: with_overrides(c, source=f"builtin:{c.name}") for c in _BUILTIN}

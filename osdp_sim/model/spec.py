@@ -14,18 +14,30 @@ from osdp_sim.model.config import ModelConfig
 
 @dataclass(frozen=True)
 class LinearShape:
+    """One Linear (or a stack of `copies` equal ones: the experts of an MoE layer, stored as one
+    3-D parameter in transformers 5.x), of which each token passes through `active`."""
+
     name: str
     in_features: int
     out_features: int
     bias: bool
+    copies: int = 1
+    """Stacked equal Linears (MoE experts); 1 for a plain Linear."""
+    active: int = 1
+    """Of the copies, how many each token goes through (MoE top-k); 1 for a plain Linear."""
 
     @property
     def weight_params(self) -> int:
-        return self.in_features * self.out_features
+        return self.in_features * self.out_features * self.copies
 
     @property
     def params(self) -> int:
-        return self.weight_params + (self.out_features if self.bias else 0)
+        return self.weight_params + (self.out_features * self.copies if self.bias else 0)
+
+    @property
+    def fwd_flops_per_token(self) -> float:
+        """2 x in x out per Linear a token passes through (bias adds are elementwise, left out)."""
+        return 2.0 * self.in_features * self.out_features * self.active
 
 
 @dataclass(frozen=True)
@@ -140,22 +152,23 @@ class ModelSpec:
 
 
 def _attention_flops_per_token(cfg: ModelConfig) -> float:
-    # scores Q K^T and the weighted sum A V over the full sequence: 2 * s * h each.
-    return 4.0 * cfg.seq_len * cfg.hidden
+    # scores Q K^T and the weighted sum A V: 2 x keys x (heads x head_dim) each, over the keys a
+    # query attends (the sequence, or the sliding window).
+    return 4.0 * cfg.attended_keys * cfg.q_dim
 
 
 def _linear_flops(linears: tuple[LinearShape, ...]) -> float:
-    return sum(2.0 * l.weight_params for l in linears)
+    return sum(l.fwd_flops_per_token for l in linears)
 
 
 def _norm_params(cfg: ModelConfig) -> int:
-    return cfg.hidden if cfg.family == "llama" else 2 * cfg.hidden   # RMSNorm has no bias
+    return cfg.hidden if cfg.norm_kind == "rmsnorm" else 2 * cfg.hidden   # RMSNorm has no bias
 
 
 def _norm_fixed_bytes(cfg: ModelConfig) -> float:
     # fp32 1/rms (RMSNorm); fp32 mean and 1/std (LayerNorm). On CPU a bf16 LayerNorm keeps them in
     # bf16 (4 bytes, not 8): under 0.2% of a group, left out.
-    return 4.0 if cfg.family == "llama" else 8.0
+    return 4.0 if cfg.norm_kind == "rmsnorm" else 8.0
 
 
 def _lse_bytes(cfg: ModelConfig) -> float:
@@ -169,12 +182,80 @@ def _lse_bytes(cfg: ModelConfig) -> float:
 # (batch, seq, hidden) for the output projection needs no copy and that Linear's saved input is the
 # SDPA output itself (no separate "contiguous copy" term).
 
+_ATTN_NAMES = {"gpt2": ("c_attn", "c_proj"), "bert": ("query", "key", "value", "dense"),
+               "llama": ("q_proj", "k_proj", "v_proj", "o_proj")}
+
+
+def _attention(cfg: ModelConfig) -> tuple[tuple[LinearShape, ...], Activations]:
+    h, q, kv = cfg.hidden, cfg.q_dim, cfg.kv_dim
+    names = _ATTN_NAMES[cfg.family]
+    out_name = names[-1]
+    if cfg.fused_qkv:
+        qkv_name = names[0] if cfg.family == "gpt2" else "qkv_proj"
+        lin = (LinearShape(qkv_name, h, q + 2 * kv, cfg.qkv_bias),)
+    else:
+        q_name, k_name, v_name = names[:3] if cfg.family != "gpt2" else ("q_proj", "k_proj", "v_proj")
+        lin = (LinearShape(q_name, h, q, cfg.qkv_bias), LinearShape(k_name, h, kv, cfg.qkv_bias),
+               LinearShape(v_name, h, kv, cfg.qkv_bias))
+    lin += (LinearShape(out_name, q, h, cfg.attn_out_bias),)
+    fixed = _norm_fixed_bytes(cfg) + _lse_bytes(cfg)
+    if cfg.family == "bert":
+        # x (query/key/value input), q, k, v (separate Linears), SDPA out (dense input),
+        # residual sum (LN input)
+        return lin, Activations(2.0 * h + 2.0 * q + 2.0 * kv, fixed)
+    if cfg.fused_qkv and cfg.family == "gpt2":
+        # x (LN input), LN out (c_attn input), qkv (q, k, v are views of it), SDPA out (c_proj input)
+        return lin, Activations(2.0 * h + (q + 2.0 * kv) + q, fixed)
+    if cfg.fused_qkv:
+        # As transformers 5.x's Phi3 keeps it (measured, tests/test_hf_measure.py): x, norm out,
+        # q and k after rotary, v (a copy: the fused output itself is not kept), SDPA out and
+        # the output projection's input (a copy of it)
+        return lin, Activations(2.0 * h + 3.0 * q + 2.0 * kv, fixed)
+    # x (norm input), norm out (q/k/v input), q after rotary, k after rotary and v (SDPA's GQA
+    # keeps them unexpanded), SDPA out (o_proj input). Rotary keeps only its shared cos/sin tables.
+    return lin, Activations(2.0 * h + 2.0 * q + 2.0 * kv, fixed)
+
+
+def _mlp_linears(cfg: ModelConfig, copies: int = 1, active: int = 1, prefix: str = "") -> tuple:
+    h, f, b = cfg.hidden, cfg.ffn, cfg.mlp_bias
+    if not cfg.gated:
+        names = {"gpt2": ("c_fc", "c_proj"), "bert": ("intermediate", "output")}.get(
+            cfg.family, ("fc1", "fc2"))
+        return (LinearShape(prefix + names[0], h, f, b, copies, active),
+                LinearShape(prefix + names[1], f, h, b, copies, active))
+    if cfg.fused_gate_up:
+        up = (LinearShape(prefix + "gate_up_proj", h, 2 * f, b, copies, active),)
+    else:
+        up = (LinearShape(prefix + "gate_proj", h, f, b, copies, active),
+              LinearShape(prefix + "up_proj", h, f, b, copies, active))
+    return up + (LinearShape(prefix + "down_proj", f, h, b, copies, active),)
+
+
+def _mlp(cfg: ModelConfig) -> tuple[tuple[LinearShape, ...], Activations]:
+    h, f = cfg.hidden, cfg.ffn
+    stats = _norm_fixed_bytes(cfg)
+    # Per token through one MLP (or one expert): gated - its input, gate out (activation input),
+    # activation out and up out (product inputs; a fused gate_up output is one storage of 2f),
+    # product (down input); GELU - its input, fc out (GELU input), GELU out (proj input).
+    per_pass = (h + 4.0 * f) if cfg.gated else (h + 2.0 * f)
+    if not cfg.moe:
+        # plus the block's x (norm input; BERT: the residual sum, LN input)
+        return _mlp_linears(cfg), Activations(h + per_pass, stats)
+    e, k = cfg.n_experts, cfg.top_k
+    router = LinearShape("router", h, e, False)
+    experts = _mlp_linears(cfg, copies=e, active=k, prefix="experts.")
+    # MoE (dropless top-k, transformers' Mixtral): x, norm out (router input and the rows each
+    # expert gathers), per token-expert pair the gathered rows (h), the expert's MLP tensors,
+    # its output (h) and routing weight (1), both kept by the weighting product. Fixed: the fp32
+    # softmax of the router logits (E) and the int64 top-k indices (k). Every token has exactly k
+    # pairs, so this holds however the tokens are balanced across experts.
+    elems = 2.0 * h + k * (per_pass + h + 1.0)
+    return (router,) + experts, Activations(elems, stats + 4.0 * e + 8.0 * k)
+
 
 def build_spec(cfg: ModelConfig) -> ModelSpec:
     """Units in forward order: embed, block0..block{L-1}, head."""
-    h, f = cfg.hidden, cfg.ffn
-    bias = cfg.family != "llama"
-    kv_dim = cfg.kv_heads * cfg.head_dim
+    h = cfg.hidden
     norm = _norm_params(cfg)
     stats = _norm_fixed_bytes(cfg)
     units: list[Unit] = []
@@ -191,41 +272,13 @@ def build_spec(cfg: ModelConfig) -> ModelSpec:
     units.append(Unit("embed", "embed", -1, (
         OpGroup("embed", "embed", "root", (), embed_params, 0.0, embed_act),), Activations()))
 
+    attn_lin, attn_act = _attention(cfg)
+    mlp_lin, mlp_act = _mlp(cfg)
+    attn_flops = _linear_flops(attn_lin) + _attention_flops_per_token(cfg)
+    mlp_flops = _linear_flops(mlp_lin)
     for i in range(cfg.n_layers):
-        if cfg.family == "llama":
-            attn_lin = (LinearShape("q_proj", h, h, False), LinearShape("k_proj", h, kv_dim, False),
-                        LinearShape("v_proj", h, kv_dim, False), LinearShape("o_proj", h, h, False))
-            mlp_lin = (LinearShape("gate_proj", h, f, False), LinearShape("up_proj", h, f, False),
-                       LinearShape("down_proj", f, h, False))
-            # x (RMSNorm input), norm out (q/k/v input), q after rotary (h), k after rotary and v
-            # (kv_dim each; SDPA's GQA keeps them unexpanded), SDPA out (o_proj input). Rotary keeps
-            # only its shared cos/sin tables, RMSNorm its input and fp32 1/rms.
-            attn_act = Activations(4.0 * h + 2.0 * kv_dim, stats + _lse_bytes(cfg))
-            # x, norm out (gate/up input), gate out (silu input), silu out and up out (product
-            # inputs), product (down_proj input)
-            mlp_act = Activations(2.0 * h + 4.0 * f, stats)
-        elif cfg.family == "gpt2":
-            attn_lin = (LinearShape("c_attn", h, 3 * h, bias), LinearShape("c_proj", h, h, bias))
-            mlp_lin = (LinearShape("c_fc", h, f, bias), LinearShape("c_proj", f, h, bias))
-            # x (LN input), LN out (c_attn input), qkv (3h; q, k, v are views of it), SDPA out
-            # (c_proj input)
-            attn_act = Activations(6.0 * h, stats + _lse_bytes(cfg))
-            # x (LN input), LN out (c_fc input), fc out (GELU input), GELU out (c_proj input)
-            mlp_act = Activations(2.0 * h + 2.0 * f, stats)
-        else:  # bert, post-LN
-            attn_lin = (LinearShape("query", h, h, bias), LinearShape("key", h, h, bias),
-                        LinearShape("value", h, h, bias), LinearShape("dense", h, h, bias))
-            mlp_lin = (LinearShape("intermediate", h, f, bias), LinearShape("output", f, h, bias))
-            # x (query/key/value input), q, k, v (separate Linears), SDPA out (dense input),
-            # residual sum (LN input)
-            attn_act = Activations(6.0 * h, stats + _lse_bytes(cfg))
-            # x (intermediate input), fc out (GELU input), GELU out (output input), residual sum
-            # (LN input)
-            mlp_act = Activations(2.0 * h + 2.0 * f, stats)
-        attn = OpGroup(f"block{i}.attn", "attn", f"block{i}.attn", attn_lin, norm,
-                       _linear_flops(attn_lin) + _attention_flops_per_token(cfg), attn_act)
-        mlp = OpGroup(f"block{i}.mlp", "mlp", f"block{i}.mlp", mlp_lin, norm,
-                      _linear_flops(mlp_lin), mlp_act)
+        attn = OpGroup(f"block{i}.attn", "attn", f"block{i}.attn", attn_lin, norm, attn_flops, attn_act)
+        mlp = OpGroup(f"block{i}.mlp", "mlp", f"block{i}.mlp", mlp_lin, norm, mlp_flops, mlp_act)
         # A checkpointed block keeps only its input (torch.utils.checkpoint, non-reentrant).
         units.append(Unit(f"block{i}", "block", i, (attn, mlp), Activations(float(h), 0.0)))
 
@@ -235,10 +288,14 @@ def build_spec(cfg: ModelConfig) -> ModelSpec:
     loss_bytes = 4.0 * cfg.vocab_size + 8.0
     if cfg.family == "bert":
         head_lin = (LinearShape("transform", h, h, True),)
-        head_other = norm + cfg.vocab_size   # transform LN + decoder bias (decoder weight tied)
+        if not cfg.tied_head:
+            # HF BertForMaskedLM with tie_word_embeddings false: the decoder gets its own weight,
+            # and its bias is then a separate parameter from the head's `bias` (transformers 5.x)
+            head_lin += (LinearShape("decoder", h, cfg.vocab_size, True),)
+        head_other = norm + cfg.vocab_size   # transform LN + decoder bias (weight tied by default)
         # transform in (last block out), GELU in, LN in, decoder in
         head_act = Activations(4.0 * h, stats + loss_bytes)
-        head_flops = _linear_flops(head_lin) + 2.0 * h * cfg.vocab_size
+        head_flops = _linear_flops(head_lin[:1]) + 2.0 * h * cfg.vocab_size
     else:
         head_lin = () if cfg.tied_head else (LinearShape("lm_head", h, cfg.vocab_size, False),)
         head_other = norm

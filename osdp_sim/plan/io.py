@@ -10,7 +10,11 @@ from osdp_sim.model.spec import build_spec
 from osdp_sim.plan.plan import OPTIMIZERS, PRECISIONS, SPLITS, STRATEGIES, GroupChoice, Plan
 
 FORMAT = "osdp-sim/plan"
-VERSION = 1
+VERSION = 2
+# Version 2 (model stage, issue 13): the embedded model gained head_size, biases, mlp_kind,
+# norm_kind, fused projections, sliding_window, n_experts, top_k and source. Version 1 files
+# are read with those at their defaults (model.load.config_from_dict).
+READS = (1, 2)
 
 
 def plan_to_dict(plan: Plan) -> dict:
@@ -47,8 +51,9 @@ def plan_from_dict(data, *, source: str = "<plan>") -> Plan:
         raise err(None, "expected a JSON object (an osdp-sim plan file)")
     if data.get("format") != FORMAT:
         raise err("format", f"expected {FORMAT!r}; is this a plan written by osdp-sim?")
-    if data.get("version") != VERSION:
-        raise err("version", f"unsupported version {data.get('version')!r}; this osdp-sim reads version {VERSION}")
+    if data.get("version") not in READS or isinstance(data.get("version"), bool):
+        raise err("version", f"unsupported version {data.get('version')!r}; this osdp-sim reads versions "
+                  f"{', '.join(map(str, READS))}")
     known = {"format", "version", "model", "devices", "shard_group", "micro_batch", "grad_accum",
              "reduce_every_microbatch", "precision", "optimizer", "groups", "checkpoint", "notes"}
     for key in data:
@@ -57,7 +62,7 @@ def plan_from_dict(data, *, source: str = "<plan>") -> Plan:
     for key in ("model", "devices", "micro_batch", "groups"):
         if key not in data:
             raise err(key, "missing required key")
-    model = config_from_dict(data["model"], source=source)
+    model = config_from_dict(data["model"], source=source, version=data["version"])
     spec = build_spec(model)
 
     def pos_int(key, default=None):

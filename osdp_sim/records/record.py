@@ -16,11 +16,15 @@ from pathlib import Path
 
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import read_json
-from osdp_sim.model.config import ModelConfig
+from osdp_sim.model.config import V1_FIELDS, ModelConfig
+from osdp_sim.model.load import config_from_dict
 from osdp_sim.plan import Plan, plan_from_dict, plan_to_dict, write_json_atomic
 
 FORMAT = "osdp-sim/record"
-VERSION = 1
+VERSION = 2
+# Version 2: the model (and the plan, plan format 2) gained the model stage's new fields; a
+# version 1 record's model is compared with its plan after the same upgrade (defaults).
+READS = (1, 2)
 STATUSES = ("ok", "oom", "failed", "timeout")
 TRACKER_CATEGORIES = ("Parameter", "Buffer", "Gradient", "Optstate", "Activation", "Temp", "Other",
                       "Total")
@@ -163,10 +167,26 @@ def predicted_from_estimate(est) -> dict:
 
 # ---------------------------------------------------------------- naming and writing
 
+def plan_identity(plan: dict) -> dict:
+    """What names a run: the plan dict without its notes, written as format 1 when its model
+    holds nothing format 1 could not say (its `source` aside), so that a run keeps its record
+    name across the format 2 bump and a campaign still finds the records it made before."""
+    d = {k: v for k, v in plan.items() if k != "notes"}
+    model = d.get("model")
+    if d.get("version") != 1 and isinstance(model, dict):
+        v1 = {k: model[k] for k in V1_FIELDS if k in model}
+        try:
+            upgraded = ModelConfig(**v1).to_dict()
+        except TypeError:
+            return d
+        if all(model.get(k) == v for k, v in upgraded.items() if k != "source"):
+            d.update(version=1, model=v1)
+    return d
+
+
 def plan_hash(plan: Plan) -> str:
     """Stable hash of what a plan decides (its notes excluded)."""
-    d = plan_to_dict(plan)
-    d.pop("notes", None)
+    d = plan_identity(plan_to_dict(plan))
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -174,7 +194,7 @@ def record_name(record: dict) -> str:
     """Deterministic file name: the same plan run with the same settings replaces its record."""
     plan = record["plan"]
     env, s = record["env"], record["settings"]
-    d = {k: v for k, v in plan.items() if k != "notes"}
+    d = plan_identity(plan)
     h = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
     model = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(record["model"]["name"]))
     cap = f"-cap{s['mem_cap_bytes']}" if s.get("mem_cap_bytes") else ""
@@ -207,7 +227,7 @@ def load_record(path: str | os.PathLike) -> Record:
 def record_from_dict(data, *, source: str = "<record>") -> Record:
     _check(data, source)
     plan = plan_from_dict(data["plan"], source=f"{source} (plan)")
-    if plan.model.to_dict() != data["model"]:
+    if plan.model != config_from_dict(data["model"], source=source, version=data["version"]):
         raise UserError("does not match plan.model; the record was edited or mixed up",
                         source=source, field="model")
     return Record(data=data, plan=plan, model=plan.model, source=source)
@@ -240,9 +260,9 @@ def _check(data, source: str) -> None:
     if data.get("format") != FORMAT:
         raise err("format", f"expected {FORMAT!r}, got {data.get('format')!r}; is this a record "
                   "written by `osdp-sim validate`?")
-    if data.get("version") != VERSION:
+    if data.get("version") not in READS or isinstance(data.get("version"), bool):
         raise err("version", f"unsupported version {data.get('version')!r}; this osdp-sim reads "
-                  f"version {VERSION}")
+                  f"versions {', '.join(map(str, READS))}")
     for key in _TOP_KEYS:
         if key not in data:
             raise err(key, "missing required field")

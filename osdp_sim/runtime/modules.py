@@ -8,6 +8,7 @@ The model knows nothing about sharding: osdp_sim/runtime/parallelize.py applies 
 """
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +16,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from osdp_sim.errors import UserError
-from osdp_sim.model.config import FAMILIES, ModelConfig
+from osdp_sim.model.config import FAMILIES, ModelConfig, check_runtime_buildable
 
 INIT_STD = 0.02
 
@@ -207,17 +208,18 @@ class BertMLP(nn.Module):
 
 
 class LlamaAttention(nn.Module):
-    """Pre-RMSNorm causal grouped-query attention with rotary positions, no biases."""
+    """Pre-RMSNorm causal grouped-query attention with rotary positions; no biases unless the
+    config has them (Qwen2: q/k/v); head size from the config (Gemma: not hidden / heads)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        h, kv = cfg.hidden, cfg.kv_heads * cfg.head_dim
+        h, q, kv = cfg.hidden, cfg.q_dim, cfg.kv_dim
         self.n_heads, self.n_kv_heads = cfg.n_heads, cfg.kv_heads
         self.norm = RMSNorm(h, eps=1e-6)
-        self.q_proj = nn.Linear(h, h, bias=False)
-        self.k_proj = nn.Linear(h, kv, bias=False)
-        self.v_proj = nn.Linear(h, kv, bias=False)
-        self.o_proj = nn.Linear(h, h, bias=False)
+        self.q_proj = nn.Linear(h, q, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(h, kv, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(h, kv, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(q, h, bias=cfg.attn_out_bias)
         self.rotary = Rotary(cfg.head_dim, cfg.seq_len)
 
     def forward(self, x):
@@ -229,19 +231,21 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    """Pre-RMSNorm SwiGLU: x + down(silu(gate(n)) * up(n))."""
+    """Pre-RMSNorm gated MLP: x + down(act(gate(n)) * up(n)), act SiLU (SwiGLU) or tanh GELU
+    (GeGLU, Gemma)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        h, f = cfg.hidden, cfg.ffn
+        h, f, b = cfg.hidden, cfg.ffn, cfg.mlp_bias
         self.norm = RMSNorm(h, eps=1e-6)
-        self.gate_proj = nn.Linear(h, f, bias=False)
-        self.up_proj = nn.Linear(h, f, bias=False)
-        self.down_proj = nn.Linear(f, h, bias=False)
+        self.gate_proj = nn.Linear(h, f, bias=b)
+        self.up_proj = nn.Linear(h, f, bias=b)
+        self.down_proj = nn.Linear(f, h, bias=b)
+        self.act = F.silu if cfg.mlp_kind == "swiglu" else partial(F.gelu, approximate="tanh")
 
     def forward(self, x):
         y = self.norm(x)
-        return x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
+        return x + self.down_proj(self.act(self.gate_proj(y)) * self.up_proj(y))
 
 
 class Block(nn.Module):
@@ -347,9 +351,10 @@ def build_model(cfg: ModelConfig, seed: int = 0) -> TransformerLM:
     if cfg.family not in FAMILIES:
         raise UserError(f"unknown family {cfg.family!r}; expected one of {', '.join(FAMILIES)}",
                         source=cfg.name, field="family")
-    if cfg.hidden % cfg.n_heads or cfg.n_heads % cfg.kv_heads:
+    if (not cfg.head_size and cfg.hidden % cfg.n_heads) or cfg.n_heads % cfg.kv_heads:
         raise UserError("hidden must be a multiple of n_heads and n_heads of n_kv_heads",
                         source=cfg.name, field="n_heads")
+    check_runtime_buildable(cfg)
     model = TransformerLM(cfg)
     _init_weights(model, cfg, torch.Generator().manual_seed(seed))
     return model

@@ -12,7 +12,7 @@ from osdp_sim.plan.plan import GroupChoice, Plan
 
 def group_shape(g: OpGroup) -> tuple:
     """Everything of a group the cost model reads, without its name."""
-    return (g.kind, tuple((l.in_features, l.out_features, l.bias) for l in g.linears),
+    return (g.kind, tuple((l.in_features, l.out_features, l.bias, l.copies, l.active) for l in g.linears),
             g.other_params, g.fwd_flops_per_token, g.activations)
 
 
