@@ -247,6 +247,10 @@ def infeasible_message(spec, hw, limit, space, result, args, deadline: float | N
     least = result.min_peak_memory_bytes
     usable = hw.device.usable_memory_bytes
     exact = result.min_peak_proven
+    devices = fewest_devices_for_states(spec, hw, space, min(limit, usable))
+    states_floor = states_floor_bytes(spec, hw, space, hw.device.count)
+    if not exact and states_floor > least:
+        least = states_floor             # the fully sharded model states alone: a tighter proven bound
     msg = (f"no plan of {spec.name} fits {format_bytes(limit)} per device on {hw.device.count} devices: "
            + (f"the least peak memory any plan in the space reaches is {format_bytes(least)}" if exact else
               f"the least peak memory any plan in the space reaches is at least {format_bytes(least)} "
@@ -265,13 +269,74 @@ def infeasible_message(spec, hw, limit, space, result, args, deadline: float | N
         msg += f", more than the {format_bytes(usable)} usable per device ({hw.device.name})"
     from osdp_sim.hardware.load import load_profile
     hints = []
-    for label, peak, proven in _relaxations(spec, hw, space, load_profile(args.hw), deadline):
+    # When the states alone need more devices, no other relaxation can fit: leave the time to that.
+    relaxations = [] if devices is None or devices > hw.device.count else \
+        _relaxations(spec, hw, space, load_profile(args.hw), deadline)
+    for label, peak, proven in relaxations:
         if peak < least and peak <= usable:
             what = "leanest plan" if proven else "a plan of"
             hints.append(f"{label} ({what} {format_bytes(peak)}{', fits' if peak <= limit else ''})")
     if hints:
         msg += ("; or " if least <= usable else ". To fit, try ") + "; or ".join(hints)
+    if devices is not None and devices > hw.device.count:
+        msg += (f". Its model states alone ({spec.param_count / 1e9:.2f} B parameters) need at least {devices} "
+                f"devices to fit {format_bytes(min(limit, usable))} (fully sharded, nothing else counted)")
+        more = _leanest_on(spec, hw, space, devices, deadline)
+        if more is not None:
+            count, peak, proven = more
+            nodes = -(-count // hw.device.per_node)
+            msg += (f"; on {count} devices ({nodes} nodes of {hw.device.per_node}: a multi-node profile) the "
+                    f"{'leanest plan needs' if proven else 'leanest plan found needs'} {format_bytes(peak)}"
+                    f"{', fits' if peak <= limit else ''}")
     return msg
+
+
+def states_floor_bytes(spec, hw, space, devices: int) -> float:
+    """A proven lower bound on any plan's peak on `devices`: every parameter's fully sharded model
+    states (costmodel.states), with the profile's allocator margin and context."""
+    from osdp_sim.costmodel.states import state_bytes
+    states = state_bytes(float(spec.param_count), "zero3", devices, space.optimizer).total
+    return states * (1.0 + hw.memory.fragmentation) + hw.memory.context_bytes
+
+
+def fewest_devices_for_states(spec, hw, space, limit_bytes: float) -> int | None:
+    """A proven lower bound on the devices any plan needs: the fewest N whose fully sharded model
+    states (param + grad + optimizer bytes of every parameter over N, costmodel.states) plus the
+    profile's allocator margin and context fit the limit. None: not even infinitely many would."""
+    from osdp_sim.costmodel.states import state_bytes
+    live = (limit_bytes - hw.memory.context_bytes) / (1.0 + hw.memory.fragmentation)
+    per_param = state_bytes(1.0, "zero3", 1, space.optimizer).total
+    if live <= 0:
+        return None
+    return max(1, math.ceil(spec.param_count * per_param / live))
+
+
+def _leanest_on(spec, hw, space, devices: int, deadline: float | None):
+    """(devices, peak, proven) of the leanest plan on `devices` rounded up to whole nodes (and, if
+    that does not fit, on twice as many), within the deadline; None when no time is left."""
+    from dataclasses import replace
+
+    from osdp_sim.costmodel import estimate
+    from osdp_sim.search.bnb import min_peak
+    per_node = hw.device.per_node
+    count = -(-devices // per_node) * per_node
+    for n in (count, 2 * count):
+        if deadline is not None and time.perf_counter() > deadline:
+            return None
+        gb = space.global_batch if space.global_batch and space.global_batch % n == 0 else None
+        # Memory does not depend on the link between nodes: the profile's own shape serves.
+        h = replace(hw, device=replace(hw.device, count=n))
+        mp = min_peak(spec, h, replace(space, devices=n, shard_groups=None, global_batch=gb),
+                      deadline=deadline, time_limit_s=None)
+        if mp.proven and math.isfinite(mp.peak_bytes):
+            found = (n, mp.peak_bytes, True)
+        elif mp.plan is not None:
+            found = (n, estimate(spec, h, mp.plan).peak_memory_bytes, False)
+        else:
+            return None
+        if found[1] <= hw.device.usable_memory_bytes:
+            return found
+    return found
 
 
 def _round_up_mib(n_bytes: float) -> int:
