@@ -106,8 +106,9 @@ def read_yaml(path: str | os.PathLike, kind: str):
 
 
 def parse_yaml(text: str, source: str):
-    loader = BoundedSafeLoader(text)
+    loader = None
     try:
+        loader = BoundedSafeLoader(text)       # reads the first characters: may raise already
         node = loader.get_single_node()
         if node is not None:
             _check_expansion(node, source)
@@ -123,7 +124,8 @@ def parse_yaml(text: str, source: str):
         raise UserError(f"not a usable YAML file ({str(e).splitlines()[0].split(';')[0]})",
                         source=source) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 class BoundedSafeLoader(yaml.SafeLoader):

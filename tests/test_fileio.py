@@ -98,3 +98,11 @@ def test_yaml_alias_bombs_and_self_reference_are_refused(tmp_path):
     loop.write_text("a: &a [*a]\n")
     with pytest.raises(UserError, match=r"loop\.yaml: a YAML alias refers to a node that contains it"):
         read_yaml(loop, "profile")
+
+
+def test_control_characters_in_yaml_are_one_line_errors(tmp_path):
+    from osdp_sim.fileio import read_yaml
+    path = tmp_path / "nul.yaml"
+    path.write_bytes(b"a: 1\n\x00b: 2\n")                   # raised while the loader is made
+    with pytest.raises(UserError, match=r"nul\.yaml: not valid YAML \(unacceptable character #x0000"):
+        read_yaml(path, "profile")

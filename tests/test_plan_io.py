@@ -144,3 +144,16 @@ def test_saved_plan_has_the_umask_mode(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_layer_count_that_does_not_match_the_groups_is_named_without_building_the_model(tmp_path):
+    import time
+    d = _good()
+    d["model"]["n_layers"] = 4 * 10**9                      # a slip: building this spec never ends
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(d))
+    t0 = time.monotonic()
+    with pytest.raises(UserError, match=r"plan\.json: groups\.block4\.attn: missing; the model 'gpt2-tiny' "
+                                        r"has 4000000000 blocks"):
+        load_plan(f)
+    assert time.monotonic() - t0 < 5

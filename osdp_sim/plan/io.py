@@ -61,6 +61,13 @@ def plan_from_dict(data, *, source: str = "<plan>") -> Plan:
         if key not in data:
             raise err(key, "missing required key")
     model = config_from_dict(data["model"], source=source)
+    groups = data["groups"]
+    if not isinstance(groups, dict):
+        raise err("groups", "expected an object mapping group names to strategies")
+    if len(groups) != 1 + 2 * model.n_layers:
+        # Before build_spec: a layer count that does not match the groups (n_layers: 4000000000)
+        # is a mistake to name, not a model to build.
+        raise err(*_group_mismatch(groups, model))
     spec = build_spec(model)
 
     def pos_int(key, default=None):
@@ -81,9 +88,6 @@ def plan_from_dict(data, *, source: str = "<plan>") -> Plan:
     if not isinstance(rem, bool):
         raise err("reduce_every_microbatch", f"expected true or false, got {_show(rem)}")
 
-    groups = data["groups"]
-    if not isinstance(groups, dict):
-        raise err("groups", "expected an object mapping group names to strategies")
     missing = [k for k in spec.plan_keys if k not in groups]
     if missing:
         raise err(f"groups.{missing[0]}", f"missing; the model {model.name!r} has groups "
@@ -100,14 +104,32 @@ def plan_from_dict(data, *, source: str = "<plan>") -> Plan:
     bad = [i for i in ckpt if not 0 <= i < model.n_layers]
     if bad:
         raise err("checkpoint", f"block {bad[0]} out of range 0..{model.n_layers - 1}")
+    set_ckpt = set(ckpt)
     notes = data.get("notes", {})
     if not isinstance(notes, dict):
         raise err("notes", "expected an object")
     return Plan(model=model, devices=devices, micro_batch=micro_batch,
                 choices={k: choices[k] for k in spec.plan_keys},
-                checkpoint=tuple(i in set(ckpt) for i in range(model.n_layers)),
+                checkpoint=tuple(i in set_ckpt for i in range(model.n_layers)),
                 grad_accum=grad_accum, precision=precision, optimizer=optimizer,
                 shard_group=shard_group, reduce_every_microbatch=rem, notes=notes)
+
+
+def _group_mismatch(groups: dict, model) -> tuple[str, str]:
+    """(field, message) for groups that do not list root, block0.attn .. block<n-1>.mlp exactly;
+    stops at the first missing key, so it costs what the file holds, not n_layers."""
+    last = f"block{model.n_layers - 1}.mlp"
+    if "root" not in groups:
+        return "groups.root", f"missing; the model {model.name!r} has groups root .. {last}"
+    for i in range(model.n_layers):
+        for part in ("attn", "mlp"):
+            if f"block{i}.{part}" not in groups:
+                return (f"groups.block{i}.{part}", f"missing; the model {model.name!r} has "
+                        f"{model.n_layers} blocks, groups root .. {last}")
+    known = {"root"} | {f"block{i}.{p}" for i in range(model.n_layers) for p in ("attn", "mlp")}
+    extra = next(k for k in groups if k not in known)
+    return (f"groups.{extra}", f"no such group in model {model.name!r} "
+            f"(expected root, block0.attn .. {last})")
 
 
 def _choice(value, allowed: tuple, field: str, err) -> str:
