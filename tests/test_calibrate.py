@@ -321,6 +321,7 @@ def _one_plan(**plan):
     ({"iters": 10**30}, "iters", "1..2147483647"),
     ({"warmup": 2.0}, "warmup", "got 2.0"),
     ({"description": ["x"]}, "description", "expected text"),
+    ({"hardware": "no-such-profile"}, "hardware", "no hardware profile of that name"),
     (_one_plan(strategy="zero3", slices=2.0), "runs[0].plans[0].slices", "got 2.0"),
     (_one_plan(strategy="zero3", slices="4"), "runs[0].plans[0].slices", "got '4'"),
     (_one_plan(file=5), "runs[0].plans[0].file", "expected a non-empty text"),

@@ -210,8 +210,9 @@ def _check_cli(argv, path: Path, json_out: bool) -> None:
         _finite_numbers(result)
         predicted = result.get("predicted", result)
         assert predicted["iteration_time_s"] > 0 and predicted["peak_memory_bytes"] > 0
-    else:
-        assert not re.search(r"\b(nan|inf)\b", out, re.I), out[:500]
+    else:                                   # provenance is free-form, carried as written
+        numbers = "\n".join(l for l in out.splitlines() if not l.startswith("  provenance"))
+        assert not re.search(r"\b(nan|inf)\b", numbers, re.I), out[:500]
 
 
 def _loads_or_user_error(load, path: Path):
@@ -268,7 +269,7 @@ def test_fuzzed_records(tmp_path, content):
 
 
 @settings(FUZZ, max_examples=40)
-@given(content=_any_input([p for p in CAMPAIGNS if "search" not in p.read_text()], "yaml"))
+@given(content=_any_input(CAMPAIGNS, "yaml"))
 def test_fuzzed_campaigns(tmp_path, content, monkeypatch):
     monkeypatch.chdir(ROOT)                 # campaign paths are relative to the repository root
     path = tmp_path / "campaign.yaml"
@@ -278,8 +279,9 @@ def test_fuzzed_campaigns(tmp_path, content, monkeypatch):
         _loads_or_user_error(lambda p: plan_jobs(campaign), path)
 
 
-def test_the_shipped_files_pass_the_property(tmp_path):
+def test_the_shipped_files_pass_the_property(monkeypatch):
     """The unmutated files exit 0: the fuzz starts from valid inputs, so a mutation is what fails."""
+    monkeypatch.chdir(ROOT)
     for p in PROFILES:
         _check_cli(["estimate", "--hw", str(p), "--model", "gpt2-tiny", "--strategy", "zero3",
                     "--micro-batch", "2", "--json"], p, json_out=True)

@@ -143,6 +143,12 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
         if k not in _PLAN - {"strategy", "groups", "search", "file", "name"}:
             fail(f"plan_defaults.{k}", "not a key that can have a default; expected some of micro_batch, "
                  "grad_accum, checkpoint, precision, optimizer, shard_group, reduce_every_microbatch, repeats")
+    hardware = _text(data["hardware"], "hardware", fail)
+    from osdp_sim.hardware.load import resolve_profile_path
+    try:
+        resolve_profile_path(hardware)
+    except UserError as e:
+        fail("hardware", str(e).split(": ", 1)[-1])
     runs_raw = data["runs"]
     if not isinstance(runs_raw, list) or not runs_raw:
         fail("runs", "expected a non-empty list of {model, nproc, plans}")
@@ -175,7 +181,7 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
             _check_plan_spec(spec, pf, fail)
             plans.append(spec)
         runs.append(CampaignRun(model, nproc, tuple(plans), repeats, seq_len, f))
-    return Campaign(name=name, source=source, hardware=_text(data["hardware"], "hardware", fail),
+    return Campaign(name=name, source=source, hardware=hardware,
                     device=device, records_dir=Path(_text(data["records_dir"], "records_dir", fail)),
                     backend=backend, warmup=warmup, iters=iters, threads=threads, seed=seed,
                     timeout_s=float(timeout), runs=tuple(runs))
