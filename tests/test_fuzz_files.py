@@ -277,6 +277,8 @@ def test_fuzzed_campaigns(tmp_path, content, monkeypatch):
     campaign = _loads_or_user_error(load_campaign, path)
     if campaign is not None and not any("search" in p for r in campaign.runs for p in r.plans):
         _loads_or_user_error(lambda p: plan_jobs(campaign), path)
+        if campaign.device == "cpu":
+            _check_cli(["campaign", "--dry-run", str(path)], path, json_out=False)
 
 
 def test_the_shipped_files_pass_the_property(monkeypatch):

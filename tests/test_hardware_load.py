@@ -424,3 +424,10 @@ def test_saved_profile_has_the_umask_mode(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "t.yaml").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_name_too_long_for_the_file_system_is_one_line(capsys):
+    name = "x" * 300
+    assert main(["profiles", name]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{name}: cannot use this as a profile path or name (File name too long)" in err

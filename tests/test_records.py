@@ -221,3 +221,8 @@ def test_every_committed_record_still_loads():
     from pathlib import Path
     records = load_records([Path(__file__).resolve().parents[1] / "validate" / "records"])
     assert len(records) >= 60
+
+
+def test_a_records_path_too_long_for_the_file_system_is_one_line():
+    with pytest.raises(UserError, match=r"x{300}: cannot read this records folder or file \(File name too long\)"):
+        load_records(["x" * 300])

@@ -20,7 +20,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    if args.profile and Path(args.profile).is_dir():
+    if args.profile and _is_dir(args.profile):
         folder = Path(args.profile)
         paths = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
         if not paths:
@@ -34,6 +34,13 @@ def run(args) -> int:
         print("no hardware profiles found (looked in ./hwprofiles/ and the shipped hwprofiles/)")
         return 0
     return _list(paths)
+
+
+def _is_dir(arg: str) -> bool:
+    try:
+        return Path(arg).is_dir()
+    except OSError:                 # a name too long for the file system: load_profile says so
+        return False
 
 
 def _list(paths) -> int:

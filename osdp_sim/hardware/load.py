@@ -57,6 +57,13 @@ def available_profiles() -> list[Path]:
 
 def resolve_profile_path(arg: str | Path) -> Path:
     """A path to an existing file, or a bare name looked up in ./hwprofiles/ and the shipped folder."""
+    try:
+        return _resolve_profile_path(arg)
+    except OSError as e:                        # a name too long for the file system, ...
+        raise UserError(f"cannot use this as a profile path or name ({e.strerror})", source=str(arg)) from None
+
+
+def _resolve_profile_path(arg: str | Path) -> Path:
     path = Path(arg)
     if path.is_file():
         return path

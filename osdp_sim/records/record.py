@@ -221,12 +221,15 @@ def load_records(dirs, *, status: str | None = None) -> list[Record]:
     paths = []
     for d in dirs:
         p = Path(d)
-        if p.is_file():
-            paths.append(p)
-        elif p.is_dir():
-            paths.extend(q for q in p.rglob("*.json") if not q.name.startswith("."))
-        else:
-            raise UserError("no such records folder or file", source=str(d))
+        try:
+            if p.is_file():
+                paths.append(p)
+            elif p.is_dir():
+                paths.extend(q for q in p.rglob("*.json") if not q.name.startswith("."))
+            else:
+                raise UserError("no such records folder or file", source=str(d))
+        except OSError as e:                    # a name too long, a folder that cannot be listed
+            raise UserError(f"cannot read this records folder or file ({e.strerror})", source=str(d)) from None
     out = [load_record(p) for p in sorted(paths)]
     return [r for r in out if status is None or r.status == status]
 
