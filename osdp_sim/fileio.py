@@ -14,6 +14,9 @@ from osdp_sim.errors import UserError
 # A YAML document may expand to at most this many nodes once its aliases are followed: real
 # profiles and campaigns have a few thousand; a "billion laughs" file of 3.5 KB has billions.
 YAML_MAX_EXPANDED_NODES = 200_000
+# Profiles, plans, records and campaigns are kilobytes; more than this is the wrong file (or
+# /dev/zero), refused before it fills the memory.
+MAX_INPUT_BYTES = 64 * 2**20
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -67,16 +70,19 @@ def check_writable(path: str | os.PathLike, field: str | None = None) -> None:
 
 def read_text(path: str | os.PathLike, kind: str) -> str:
     """The UTF-8 text of a file, or a UserError naming it: not found, a directory, unreadable,
-    or not UTF-8 (with the first bad byte and its offset)."""
+    larger than MAX_INPUT_BYTES, or not UTF-8 (with the first bad byte and its offset)."""
     src = str(path)
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
     except FileNotFoundError:
         raise UserError(f"{kind} file not found", source=src) from None
     except IsADirectoryError:
         raise UserError(f"is a directory, not a {kind} file", source=src) from None
     except OSError as e:
         raise UserError(f"cannot read {kind} file ({e.strerror})", source=src) from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise UserError(f"larger than {MAX_INPUT_BYTES // 2**20} MiB; not a {kind} file", source=src)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

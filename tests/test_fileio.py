@@ -106,3 +106,9 @@ def test_control_characters_in_yaml_are_one_line_errors(tmp_path):
     path.write_bytes(b"a: 1\n\x00b: 2\n")                   # raised while the loader is made
     with pytest.raises(UserError, match=r"nul\.yaml: not valid YAML \(unacceptable character #x0000"):
         read_yaml(path, "profile")
+
+
+def test_an_endless_or_huge_file_is_refused_not_read_into_memory():
+    from osdp_sim.fileio import read_text
+    with pytest.raises(UserError, match=r"^/dev/zero: larger than 64 MiB; not a plan file"):
+        read_text("/dev/zero", "plan")

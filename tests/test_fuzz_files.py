@@ -33,7 +33,7 @@ RECORDS = sorted((ROOT / "validate" / "records").rglob("*.json"))
 RECORDS = RECORDS[:: max(1, len(RECORDS) // 6)]            # a few, of different runs
 CAMPAIGNS = sorted((ROOT / "validate" / "campaigns").glob("*.yaml"))
 
-FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=80, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
 
@@ -268,7 +268,7 @@ def test_fuzzed_records(tmp_path, content):
         _loads_or_user_error(lambda p: load_runs([p], profile, strict=False), path)
 
 
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=60)
 @given(content=_any_input(CAMPAIGNS, "yaml"))
 def test_fuzzed_campaigns(tmp_path, content, monkeypatch):
     monkeypatch.chdir(ROOT)                 # campaign paths are relative to the repository root

@@ -431,3 +431,8 @@ def test_a_name_too_long_for_the_file_system_is_one_line(capsys):
     assert main(["profiles", name]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{name}: cannot use this as a profile path or name (File name too long)" in err
+
+
+def test_a_device_file_as_profile_is_refused_by_size_not_called_missing(capsys):
+    assert main(["profiles", "/dev/zero"]) == 2
+    assert capsys.readouterr().err == "osdp-sim profiles: error: /dev/zero: larger than 64 MiB; not a profile file\n"

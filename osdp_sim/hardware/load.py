@@ -65,7 +65,7 @@ def resolve_profile_path(arg: str | Path) -> Path:
 
 def _resolve_profile_path(arg: str | Path) -> Path:
     path = Path(arg)
-    if path.is_file():
+    if path.exists() and not path.is_dir():     # a file, or a device the reader then refuses
         return path
     text = str(arg)
     is_bare_name = path.name == text and path.suffix not in (".yaml", ".yml")
