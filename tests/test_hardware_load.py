@@ -436,3 +436,13 @@ def test_a_name_too_long_for_the_file_system_is_one_line(capsys):
 def test_a_device_file_as_profile_is_refused_by_size_not_called_missing(capsys):
     assert main(["profiles", "/dev/zero"]) == 2
     assert capsys.readouterr().err == "osdp-sim profiles: error: /dev/zero: larger than 64 MiB; not a profile file\n"
+
+
+def test_table_time_may_dip_within_measurement_noise_but_not_beyond():
+    d = base_dict()
+    # 16 MiB after 1 MiB at 14x the busbw: 16/14 = 1.14x the time; at 21x: 0.76x, a decrease
+    d["collectives"]["tables"][0].update(busbw_gbps=[10.0, 140.0, 202])
+    profile_from_dict(copy.deepcopy(d), "x.yaml")
+    d["collectives"]["tables"][0].update(busbw_gbps=[10.0, 210.0, 1000])
+    with pytest.raises(UserError, match=r"tables\[0\]\.busbw_gbps\[1\]: .* less than 0\.8x the time"):
+        profile_from_dict(d, "x.yaml")
