@@ -39,6 +39,8 @@ _PLAUSIBLE_MIN = {"GiB": 2.0**-10, "TFLOP/s": 1e-6, "GB/s": 1e-6}
 # and its bus bandwidth is at least TABLE_MIN_BUSBW_RATIO of the previous size's (measured
 # neighbours differ by about 2x at most).
 TABLE_MIN_TIME_RATIO = 0.8
+MAX_DEVICES = 2**20               # a million ranks: above any machine built
+MAX_MESSAGE_BYTES = 2**50         # 1 PiB in one collective
 TABLE_MIN_BUSBW_RATIO = 0.1
 
 
@@ -128,8 +130,8 @@ def _device(r: "_Reader", value) -> DeviceSpec:
     if kind not in DEVICE_KINDS:
         r.fail("device.kind", f"expected one of {', '.join(DEVICE_KINDS)}, got {_show(kind)}")
     name = r.text(d["name"], "device.name")
-    count = r.integer(d["count"], "device.count", lo=1)
-    per_node = r.integer(d["per_node"], "device.per_node", lo=1)
+    count = r.integer(d["count"], "device.count", lo=1, hi=MAX_DEVICES)
+    per_node = r.integer(d["per_node"], "device.per_node", lo=1, hi=MAX_DEVICES)
     if per_node > count or count % per_node:
         r.fail("device.per_node", f"device.count ({count}) must be a multiple of per_node "
                f"({per_node}); use per_node = count for one node")
@@ -244,7 +246,7 @@ def _tables(r: "_Reader", value, device: DeviceSpec) -> tuple[CollectiveTable, .
         seen[op, group, scope] = i
         sizes_raw = r.sequence(t["sizes_bytes"], f"{path}.sizes_bytes", hint="message sizes in bytes",
                                nonempty=True)
-        sizes = [r.integer(s, f"{path}.sizes_bytes[{j}]", lo=1, unit="bytes")
+        sizes = [r.integer(s, f"{path}.sizes_bytes[{j}]", lo=1, hi=MAX_MESSAGE_BYTES, unit="bytes")
                  for j, s in enumerate(sizes_raw)]
         for j in range(1, len(sizes)):
             if sizes[j] <= sizes[j - 1]:
@@ -351,15 +353,15 @@ class _Reader:
         below = lo is not None and (x <= lo if lo_open else x < lo)
         above = hi is not None and (x >= hi if hi_open else x > hi)
         if below or above:
-            self.fail(path, f"expected {_range(lo, hi, lo_open, hi_open)}{in_unit}, got {value!r}"
+            self.fail(path, f"expected {_range(lo, hi, lo_open, hi_open)}{in_unit}, got {_show(value)}"
                       + (f"; {hint}" if hint else ""))
         plausible_max = _PLAUSIBLE_MAX.get(unit)
         if plausible_max is not None and x > plausible_max:
-            self.fail(path, f"{value!r} is implausibly large for a value{in_unit} "
+            self.fail(path, f"{_show(value)} is implausibly large for a value{in_unit} "
                       f"(more than {plausible_max:g}); check the unit")
         plausible_min = _PLAUSIBLE_MIN.get(unit)
         if plausible_min is not None and 0 < x < plausible_min:
-            self.fail(path, f"{value!r} is implausibly small for a value{in_unit} "
+            self.fail(path, f"{_show(value)} is implausibly small for a value{in_unit} "
                       f"(less than {plausible_min:g}); check the unit")
         return x
 
@@ -372,19 +374,21 @@ class _Reader:
     def fraction(self, value, path: str) -> float:
         x = self.number(value, path, lo=0.0, lo_open=True, hi=1.0)
         if x < 1e-4:
-            self.fail(path, f"{value!r} is implausibly small for a fraction of peak (less than 1e-4)")
+            self.fail(path, f"{_show(value)} is implausibly small for a fraction of peak (less than 1e-4)")
         return x
 
     def multiplier(self, value, path: str) -> float:
         """A calibration multiplier: within two orders of magnitude of 1."""
         return self.number(value, path, lo=0.01, hi=100.0, hint="a multiplier near 1")
 
-    def integer(self, value, path: str, *, lo: int, unit: str = "") -> int:
+    def integer(self, value, path: str, *, lo: int, hi: int | None = None, unit: str = "") -> int:
         in_unit = f" of {unit}" if unit else ""
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(path, f"expected a whole number{in_unit} >= {lo}, got {_show(value)}")
         if value < lo:
             self.fail(path, f"expected a whole number{in_unit} >= {lo}, got {value}")
+        if hi is not None and value > hi:
+            self.fail(path, f"{_show(value)} is implausibly large (more than {hi}){in_unit}")
         return value
 
 
@@ -411,7 +415,8 @@ def _show(value) -> str:
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    return repr(value)
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _search_dirs() -> list[Path]:
