@@ -310,6 +310,56 @@ def test_campaign_file_errors_name_the_field(tmp_path, change, field):
     assert e.value.source == str(path) and e.value.field == field
 
 
+def _one_plan(**plan):
+    return {"runs": [{"model": "gpt2-tiny", "nproc": 2, "plans": [{"micro_batch": 1, **plan}]}]}
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ({"timeout_s": float("nan")}, "timeout_s", "got nan"),
+    ({"timeout_s": float("inf")}, "timeout_s", "got inf"),
+    ({"timeout_s": 1e30}, "timeout_s", "(0, 1e+06]"),
+    ({"iters": 10**30}, "iters", "1..2147483647"),
+    ({"warmup": 2.0}, "warmup", "got 2.0"),
+    ({"description": ["x"]}, "description", "expected text"),
+    ({"hardware": "no-such-profile"}, "hardware", "no hardware profile of that name"),
+    (_one_plan(strategy="zero3", slices=2.0), "runs[0].plans[0].slices", "got 2.0"),
+    (_one_plan(strategy="zero3", slices="4"), "runs[0].plans[0].slices", "got '4'"),
+    (_one_plan(file=5), "runs[0].plans[0].file", "expected a non-empty text"),
+    (_one_plan(search={"mem_limit": "1GiB", "time_limit_s": float("nan")}),
+     "runs[0].plans[0].search.time_limit_s", "got nan"),
+    (_one_plan(search={"mem_limit": "1GiB", "time_limit_s": "10"}),
+     "runs[0].plans[0].search.time_limit_s", "got '10'"),
+    (_one_plan(search={"mem_limit": "1GiB", "splits": [True]}), "runs[0].plans[0].search.splits",
+     "got [True]"),
+    (_one_plan(search={"mem_limit": "1GiB", "strategies": ["zero4"]}), "runs[0].plans[0].search.strategies",
+     "ddp, zero2, zero3"),
+    (_one_plan(search={"mem_limit": "1GiB", "checkpoint": [1]}), "runs[0].plans[0].search.checkpoint",
+     "got [1]"),
+])
+def test_campaign_values_are_type_and_range_checked(tmp_path, change, field, words):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_campaign(tmp_path, **change)))
+    from osdp_sim.calibrate.campaign import load_campaign
+    with pytest.raises(UserError) as e:
+        load_campaign(path)
+    assert e.value.source == str(path) and e.value.field == field, str(e.value)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_campaign_file_encoding_aliases_and_directory(tmp_path):
+    from osdp_sim.calibrate.campaign import load_campaign
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes((yaml.safe_dump(_campaign(tmp_path)) + "description: caf\xe9\n").encode("latin-1"))
+    with pytest.raises(UserError, match=rf"^{path}: not UTF-8 text \(byte 0xe9 at offset \d+\)"):
+        load_campaign(path)
+    with pytest.raises(UserError, match=rf"^{tmp_path}: is a directory, not a campaign file"):
+        load_campaign(tmp_path)
+    loop = tmp_path / "loop.yaml"
+    loop.write_text(yaml.safe_dump(_campaign(tmp_path)) + "x: &x [*x]\n")
+    with pytest.raises(UserError, match=r"loop\.yaml: a YAML alias refers to a node that contains it"):
+        load_campaign(loop)
+
+
 def test_campaign_group_pattern_errors_name_the_field(tmp_path):
     d = _campaign(tmp_path, runs=[{"model": "gpt2-tiny", "nproc": 2,
                                    "plans": [{"groups": {"attn": "ddp", "mlp": "zero3"}, "micro_batch": 1}]}])

@@ -61,3 +61,78 @@ def test_check_writable_folders_and_files_are_told_apart(tmp_path):
         check_writable(tmp_path / "f", "--records-dir", folder=True)
     check_writable(tmp_path / "a" / "b", "--records-dir", folder=True)
     assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
+
+
+def test_written_files_get_the_umask_mode_not_0600(tmp_path):
+    import os
+    old = os.umask(0o022)
+    try:
+        write_text_atomic(tmp_path / "a.json", "{}")
+        assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o644
+        os.umask(0o027)
+        write_text_atomic(tmp_path / "b.json", "{}")
+        assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o640
+        os.chmod(tmp_path / "a.json", 0o600)                  # a replaced file keeps its mode
+        write_text_atomic(tmp_path / "a.json", "{}")
+        assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)
+
+
+def test_non_utf8_and_directories_are_one_line_errors(tmp_path):
+    from osdp_sim.fileio import read_text, read_yaml
+    bad = tmp_path / "latin1.json"
+    bad.write_bytes(b'{"name": "caf\xe9"}')
+    with pytest.raises(UserError, match=r"latin1\.json: not UTF-8 text \(byte 0xe9 at offset 13\)"):
+        read_json(bad, "plan")
+    with pytest.raises(UserError, match=r"latin1\.json: not UTF-8 text \(byte 0xe9 at offset 13\)"):
+        read_yaml(bad, "profile")
+    with pytest.raises(UserError, match=r": is a directory, not a plan file"):
+        read_text(tmp_path, "plan")
+
+
+def test_deep_nesting_and_huge_numbers_are_one_line_errors(tmp_path):
+    from osdp_sim.fileio import read_yaml
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000)
+    with pytest.raises(UserError, match=r"deep\.json: not a usable JSON file \(nested too deeply\)"):
+        read_json(deep, "plan")
+    with pytest.raises(UserError, match=r"deep\.json: not a usable YAML file \(nested too deeply\)"):
+        read_yaml(deep, "profile")
+    big = tmp_path / "big.json"
+    big.write_text('{"x": ' + "9" * 5000 + "}")
+    with pytest.raises(UserError, match=r"big\.json: not a usable JSON file \(Exceeds the limit"):
+        read_json(big, "plan")
+
+
+def test_yaml_alias_bombs_and_self_reference_are_refused(tmp_path):
+    from osdp_sim.fileio import read_yaml
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("a: &x [1, 2]\nb: *x\n")                  # ordinary aliases still work
+    assert read_yaml(ok, "campaign") == {"a": [1, 2], "b": [1, 2]}
+    names = "abcdefghij"
+    lines = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"{n}: &{n} [{', '.join(['*' + p] * 9)}]" for p, n in zip(names, names[1:])]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    assert bomb.stat().st_size < 4000
+    with pytest.raises(UserError, match=r"bomb\.yaml: its YAML aliases expand to more than"):
+        read_yaml(bomb, "profile")
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("a: &a [*a]\n")
+    with pytest.raises(UserError, match=r"loop\.yaml: a YAML alias refers to a node that contains it"):
+        read_yaml(loop, "profile")
+
+
+def test_control_characters_in_yaml_are_one_line_errors(tmp_path):
+    from osdp_sim.fileio import read_yaml
+    path = tmp_path / "nul.yaml"
+    path.write_bytes(b"a: 1\n\x00b: 2\n")                   # raised while the loader is made
+    with pytest.raises(UserError, match=r"nul\.yaml: not valid YAML \(unacceptable character #x0000"):
+        read_yaml(path, "profile")
+
+
+def test_an_endless_or_huge_file_is_refused_not_read_into_memory():
+    from osdp_sim.fileio import read_text
+    with pytest.raises(UserError, match=r"^/dev/zero: larger than 64 MiB; not a plan file"):
+        read_text("/dev/zero", "plan")

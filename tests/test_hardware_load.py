@@ -256,12 +256,34 @@ BAD = [
      "compute.gemm_efficiency.fp16", "peak_tflops.fp16"),
     ("unit slip: bytes/s under _gbps", _set(("collectives", "intra_node", "busbw_gbps"), 2.29e11),
      "collectives.intra_node.busbw_gbps", "check the unit"),
-    ("overlap slowdown < 1", _set(("overlap", "slowdown"), 0.9), "overlap.slowdown", ">= 1"),
+    ("overlap slowdown < 1", _set(("overlap", "slowdown"), 0.9), "overlap.slowdown", "[1, 10]"),
     ("fragmentation 1", _set(("memory", "fragmentation"), 1.0), "memory.fragmentation", "[0, 1)"),
     ("unknown efficiency op", _set(("collectives", "efficiency", "broadcast"), 1.0),
      "collectives.efficiency.broadcast", "unknown key"),
     ("zero efficiency", _set(("collectives", "efficiency", "all_gather"), 0),
-     "collectives.efficiency.all_gather", "> 0"),
+     "collectives.efficiency.all_gather", "[0.01, 100]"),
+    ("context above the device memory", _set(("memory", "context_mib"), 30 * 1024), "memory.context_mib",
+     "leaves no room for tensors"),
+    ("context above half the memory", _set(("memory", "context_mib"), 13 * 1024), "memory.context_mib",
+     "at most half"),
+    ("table busbw collapses (229 -> 5)", _table(sizes_bytes=[1048576, 16777216, 134217728, 1073741824],
+                                                busbw_gbps=[229, 5, 300, 0.001]),
+     "collectives.tables[0].busbw_gbps[1]", "collapses from 229 GB/s"),
+    ("table time decreases with size", _table(busbw_gbps=[1, 126, 202]),
+     "collectives.tables[0].busbw_gbps[1]", "cannot decrease with its size"),
+    ("tiny bandwidth", _set(("compute", "memory_bandwidth_gbps"), 1e-300), "compute.memory_bandwidth_gbps",
+     "implausibly small"),
+    ("tiny memory", _set(("device", "usable_memory_gib"), 1e-9), "device.usable_memory_gib",
+     "implausibly small"),
+    ("tiny GEMM fraction", _set(("compute", "gemm_efficiency", "bf16"), [[0.001, 1e-300], [1, 0.45]]),
+     "compute.gemm_efficiency.bf16[0][1]", "implausibly small"),
+    ("huge calibration multiplier", _set(("compute", "efficiency_scale"), 1e300), "compute.efficiency_scale",
+     "[0.01, 100]"),
+    ("huge backward/forward ratio", _set(("compute", "backward_forward_ratio"), 1e6),
+     "compute.backward_forward_ratio", "[0.1, 10]"),
+    ("a quintillion devices", _set(("device", "count"), 10**30), "device.count", "implausibly large"),
+    ("a table size of 1e30 bytes", _table(sizes_bytes=[1048576, 16777216, 10**30]),
+     "collectives.tables[0].sizes_bytes[2]", "implausibly large"),
     ("provenance not a mapping", _set(("provenance",), "by hand"), "provenance", "mapping"),
     ("tables not a list", _set(("collectives", "tables"), {"op": "all_reduce"}), "collectives.tables",
      "a list"),
@@ -357,3 +379,73 @@ def test_cli_malformed_profile_is_one_line_exit_2(tmp_path):
     err_lines = proc.stderr.strip().splitlines()
     assert err_lines == [f"osdp-sim profiles: error: {path}: collectives.tables[0].group_size: "
                          "group of 16 is larger than device.count (8)"]
+
+
+def test_cli_profiles_of_a_directory_lists_its_profiles(tmp_path, capsys):
+    (tmp_path / "good.yaml").write_text(yaml.safe_dump(base_dict()))
+    assert main(["profiles", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:2] == ["name", "devices"] and out[1].split()[0] == "good"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["profiles", str(empty)]) == 2
+    assert capsys.readouterr().err.strip() == (f"osdp-sim profiles: error: {empty}: is a directory with "
+                                               "no profile files (*.yaml, *.yml) in it")
+
+
+def test_a_directory_as_hw_says_it_is_a_directory(tmp_path):
+    with pytest.raises(UserError, match=rf"^{tmp_path}: is a directory, not a profile file"):
+        load_profile(tmp_path)
+
+
+def test_non_utf8_profile_is_one_line(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(yaml.safe_dump(base_dict()).replace("test rig", "caf\xe9").encode("latin-1"))
+    with pytest.raises(UserError, match=rf"^{path}: not UTF-8 text \(byte 0xe9 at offset \d+\)"):
+        load_profile(path)
+
+
+def test_alias_bomb_profile_is_refused_not_printed(tmp_path, capsys):
+    names = "abcdefghij"
+    lines = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"  {n}: &{n} [{', '.join(['*' + p] * 9)}]" for p, n in zip(names, names[1:])]
+    text = yaml.safe_dump(base_dict()).replace("provenance:\n", "provenance:\n" + lines[0].replace("a:", "  a:") + "\n"
+                                                + "\n".join(lines[1:]) + "\n")
+    path = tmp_path / "bomb.yaml"
+    path.write_text(text)
+    assert path.stat().st_size < 5000
+    assert main(["profiles", str(path)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "its YAML aliases expand to more than" in out.err and out.err.count("\n") == 1
+
+
+def test_saved_profile_has_the_umask_mode(tmp_path):
+    import os
+    old = os.umask(0o022)
+    try:
+        save_profile(load_profile("titan8"), tmp_path / "t.yaml")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "t.yaml").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_name_too_long_for_the_file_system_is_one_line(capsys):
+    name = "x" * 300
+    assert main(["profiles", name]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{name}: cannot use this as a profile path or name (File name too long)" in err
+
+
+def test_a_device_file_as_profile_is_refused_by_size_not_called_missing(capsys):
+    assert main(["profiles", "/dev/zero"]) == 2
+    assert capsys.readouterr().err == "osdp-sim profiles: error: /dev/zero: larger than 64 MiB; not a profile file\n"
+
+
+def test_table_time_may_dip_within_measurement_noise_but_not_beyond():
+    d = base_dict()
+    # 16 MiB after 1 MiB at 14x the busbw: 16/14 = 1.14x the time; at 21x: 0.76x, a decrease
+    d["collectives"]["tables"][0].update(busbw_gbps=[10.0, 140.0, 202])
+    profile_from_dict(copy.deepcopy(d), "x.yaml")
+    d["collectives"]["tables"][0].update(busbw_gbps=[10.0, 210.0, 1000])
+    with pytest.raises(UserError, match=r"tables\[0\]\.busbw_gbps\[1\]: .* less than 0\.8x the time"):
+        profile_from_dict(d, "x.yaml")

@@ -86,3 +86,80 @@ def test_malformed_plan_files(tmp_path, name, content, needle):
 def test_missing_plan_file(tmp_path):
     with pytest.raises(UserError, match="not found"):
         load_plan(tmp_path / "nope.json")
+
+
+TYPED = [
+    ("float slices 4.0", lambda d: d["groups"].update({"block0.mlp": {"strategy": "zero3", "slices": 4.0}}),
+     "groups.block0.mlp.slices", "got 4.0"),
+    ("float slices 2.0 is a slices error", lambda d: d["groups"].update(
+        {"block0.mlp": {"strategy": "ddp", "slices": 2.0, "sharded_slices": 1}}),
+     "groups.block0.mlp.slices", "whole number"),
+    ("bool slices", lambda d: d["groups"].update({"block0.mlp": {"strategy": "zero3", "slices": True}}),
+     "groups.block0.mlp.slices", "got true"),
+    ("float sharded_slices", lambda d: d["groups"].update(
+        {"block0.mlp": {"strategy": "ddp", "slices": 2, "sharded_slices": 1.0}}),
+     "groups.block0.mlp.sharded_slices", "got 1.0"),
+    ("strategy not text", lambda d: d["groups"].update({"block0.mlp": {"strategy": ["zero3"]}}),
+     "groups.block0.mlp.strategy", 'got ["zero3"]'),
+    ("strategy missing", lambda d: d["groups"].update({"block0.mlp": {"slices": 2}}),
+     "groups.block0.mlp.strategy", "missing"),
+    ("bool version", lambda d: d.update(version=True), "version", "unsupported"),
+    ("float version", lambda d: d.update(version=1.0), "version", "unsupported"),
+    ("float devices", lambda d: d.update(devices=2.0), "devices", "got 2.0"),
+    ("bool micro-batch", lambda d: d.update(micro_batch=True), "micro_batch", "got true"),
+    ("huge grad_accum", lambda d: d.update(grad_accum=10**40), "grad_accum", "1..2147483647"),
+    ("negative shard group", lambda d: d.update(shard_group=-2), "shard_group", "got -2"),
+    ("precision not text", lambda d: d.update(precision=16), "precision", "got 16"),
+    ("optimizer null", lambda d: d.update(optimizer=None), "optimizer", "got null"),
+    ("reduce flag as text", lambda d: d.update(reduce_every_microbatch="false"), "reduce_every_microbatch",
+     'got "false"'),
+    ("float checkpoint index", lambda d: d.update(checkpoint=[0.0]), "checkpoint", "whole numbers"),
+    ("notes a list", lambda d: d.update(notes=[]), "notes", "object"),
+]
+
+
+@pytest.mark.parametrize("mutate,field,needle", [t[1:] for t in TYPED], ids=[t[0] for t in TYPED])
+def test_plan_fields_are_type_checked_and_named(tmp_path, mutate, field, needle):
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(_mut(mutate)))
+    with pytest.raises(UserError) as e:
+        load_plan(f)
+    msg = str(e.value)
+    assert msg.startswith(f"{f}: {field}: "), msg
+    assert needle in msg and "\n" not in msg, msg
+
+
+def test_plan_file_encoding_nesting_and_directory_errors(tmp_path):
+    latin = tmp_path / "latin1.json"
+    latin.write_bytes(json.dumps(_good()).replace("zero3", "z\u00e9ro3", 1).encode("latin-1"))
+    with pytest.raises(UserError, match=rf"^{latin}: not UTF-8 text \(byte 0xe9 at offset \d+\)"):
+        load_plan(latin)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000)
+    with pytest.raises(UserError, match=rf"^{deep}: not a usable JSON file \(nested too deeply\)"):
+        load_plan(deep)
+    with pytest.raises(UserError, match=rf"^{tmp_path}: is a directory, not a plan file"):
+        load_plan(tmp_path)
+
+
+def test_saved_plan_has_the_umask_mode(tmp_path):
+    import os
+    old = os.umask(0o022)
+    try:
+        save_plan(uniform_plan(CFG, "zero3", devices=2, micro_batch=1), tmp_path / "p.json")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_layer_count_that_does_not_match_the_groups_is_named_without_building_the_model(tmp_path):
+    import time
+    d = _good()
+    d["model"]["n_layers"] = 4 * 10**9                      # a slip: building this spec never ends
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(d))
+    t0 = time.monotonic()
+    with pytest.raises(UserError, match=r"plan\.json: groups\.block4\.attn: missing; the model 'gpt2-tiny' "
+                                        r"has 4000000000 blocks"):
+        load_plan(f)
+    assert time.monotonic() - t0 < 5

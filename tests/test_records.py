@@ -119,7 +119,7 @@ def test_interrupted_write_leaves_the_old_record_and_no_partial_file(tmp_path):
     path = save_record(rec, tmp_path)
     before = path.read_text()
     broken = make_record()
-    broken["predicted"]["time_breakdown"] = {"forward_s": object()}   # json.dump fails half-way
+    broken["env"]["hostname"] = object()                 # passes the checks, json.dump fails
     with pytest.raises(TypeError):
         save_record(broken, tmp_path)
     assert path.read_text() == before
@@ -146,3 +146,83 @@ def test_failed_record_without_measurements_is_valid(tmp_path):
     assert rec["measured"]["peak_memory_bytes"] is None
     loaded = load_record(save_record(rec, tmp_path))
     assert loaded.status == "timeout" and loaded.data["failure"]["rank"] == 1
+
+
+@pytest.mark.parametrize("edit, field, words", [
+    (lambda d: d["measured"]["iteration_time_s"].update(median=float("nan")),
+     "measured.iteration_time_s.median", "finite"),
+    (lambda d: d["measured"]["iteration_time_s"].update(mean=float("inf")),
+     "measured.iteration_time_s.mean", "finite"),
+    (lambda d: d["measured"]["iteration_time_s"].update(median=0), "measured.iteration_time_s.median",
+     "> 0 for an ok run"),
+    (lambda d: d["measured"]["iteration_time_s"].update(max=1e300), "measured.iteration_time_s.max",
+     "0..1e+07"),
+    (lambda d: d["measured"]["iteration_time_s"]["per_rank"][1].__setitem__(0, "1.5"),
+     "measured.iteration_time_s.per_rank[1][0]", 'got "1.5"'),
+    (lambda d: d["measured"]["iteration_time_s"].update(per_step=[1.0, -2.0]),
+     "measured.iteration_time_s.per_step[1]", "got -2.0"),
+    (lambda d: d["measured"].update(peak_memory_bytes=10**40), "measured.peak_memory_bytes", "0..1.15"),
+    (lambda d: d["measured"]["memory"]["per_rank"][0].update(tracker_breakdown={"Total": "x"}),
+     "measured.memory.per_rank[0].tracker_breakdown.Total", "finite"),
+    (lambda d: d["measured"]["memory"]["per_rank"].__setitem__(1, []), "measured.memory.per_rank[1]",
+     "object or null"),
+    (lambda d: d["measured"].update(losses=[1.0]), "measured.losses", "object"),
+    (lambda d: d["env"].update(world_size=2.0), "env.world_size", "got 2.0"),
+    (lambda d: d["env"].update(device_kind=7), "env.device_kind", "expected text"),
+    (lambda d: d["env"].update(oversubscribed="no"), "env.oversubscribed", 'got "no"'),
+    (lambda d: d["hardware_profile"].update(name=None), "hardware_profile.name", "got null"),
+    (lambda d: d["settings"].update(iters=True), "settings.iters", "got true"),
+    (lambda d: d["settings"].update(mem_cap_bytes=1.5e9), "settings.mem_cap_bytes", "whole number"),
+    (lambda d: d["predicted"].update(peak_memory_bytes=-1), "predicted.peak_memory_bytes", "got -1"),
+    (lambda d: d.update(errors={"iteration_time_rel": "big"}), "errors.iteration_time_rel", "finite"),
+    (lambda d: d.update(version=True), "version", "unsupported version true"),
+    (lambda d: d.update(extra=1), "extra", "unknown field"),
+    (lambda d: d.update(run_id=["r"]), "run_id", "expected text"),
+])
+def test_record_values_are_type_and_range_checked(tmp_path, edit, field, words):
+    data = copy.deepcopy(make_record())
+    edit(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError) as e:
+        load_record(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: {field}: "), msg
+    assert words in msg and "\n" not in msg, msg
+
+
+def test_failure_fields_of_a_failed_record_are_checked(tmp_path):
+    data = make_record(status="failed", failure={"rank": "0", "reason": "x", "exit_code": 1,
+                                                 "stderr_tail": ""})
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError, match=r"f\.json: failure\.rank: expected a whole number or null"):
+        load_record(path)
+
+
+def test_non_utf8_record_is_one_line(tmp_path):
+    path = tmp_path / "latin1.json"
+    path.write_bytes(json.dumps(make_record()).replace('"h"', '"h\u00e9"').encode("latin-1"))
+    with pytest.raises(UserError, match=rf"^{path}: not UTF-8 text \(byte 0xe9 at offset \d+\)"):
+        load_record(path)
+
+
+def test_saved_record_has_the_umask_mode(tmp_path):
+    import os
+    old = os.umask(0o022)
+    try:
+        path = save_record(make_record(), tmp_path)
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_every_committed_record_still_loads():
+    from pathlib import Path
+    records = load_records([Path(__file__).resolve().parents[1] / "validate" / "records"])
+    assert len(records) >= 60
+
+
+def test_a_records_path_too_long_for_the_file_system_is_one_line():
+    with pytest.raises(UserError, match=r"x{300}: cannot read this records folder or file \(File name too long\)"):
+        load_records(["x" * 300])

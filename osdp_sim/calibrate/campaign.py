@@ -30,6 +30,7 @@ A run's record name is deterministic (records.record_name: plan hash, backend, d
 threads, warmup, iters, seed), so a rerun of the campaign skips every run already recorded.
 """
 
+import math
 import os
 import re
 import statistics
@@ -40,9 +41,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from osdp_sim.errors import UserError
+from osdp_sim.fileio import read_yaml
 from osdp_sim.plan.plan import OPTIMIZERS, PRECISIONS, SPLITS, STRATEGIES, Plan
 
 DEVICES = ("cpu", "cuda")
@@ -53,6 +53,8 @@ _RUN = {"model", "nproc", "plans", "repeats", "seq_len"}
 _PLAN = {"strategy", "slices", "groups", "search", "file", "micro_batch", "grad_accum", "checkpoint",
          "precision", "optimizer", "shard_group", "reduce_every_microbatch", "repeats", "name"}
 _PATTERNS = ("default", "root", "attn", "mlp")
+MAX_COUNT = 2**31 - 1          # counts (ranks, steps, repeats, micro-batch) above it are a slip
+MAX_TIMEOUT_S = 1e6            # 11.6 days for one run
 
 
 @dataclass(frozen=True)
@@ -114,18 +116,7 @@ STOPPED = "stopped"
 # ---------------------------------------------------------------- reading
 
 def load_campaign(path: str | os.PathLike) -> Campaign:
-    src = str(path)
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise UserError("campaign file not found", source=src) from None
-    except OSError as e:
-        raise UserError(f"cannot read the campaign file ({e.strerror})", source=src) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"not valid YAML{where}", source=src) from None
-    return campaign_from_dict(data, src)
+    return campaign_from_dict(read_yaml(path, "campaign"), str(path))
 
 
 def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
@@ -148,9 +139,9 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
     iters = _int(data["iters"], "iters", fail, lo=1)
     threads = None if data.get("threads") is None else _int(data["threads"], "threads", fail, lo=1)
     seed = _int(data.get("seed", 0), "seed", fail, lo=0)
-    timeout = data.get("timeout_s", 600)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        fail("timeout_s", f"expected a positive number of seconds, got {timeout!r}")
+    timeout = _seconds(data.get("timeout_s", 600), "timeout_s", fail)
+    if "description" in data and not isinstance(data["description"], str):
+        fail("description", f"expected text, got {data['description']!r}")
     defaults = data.get("plan_defaults") or {}
     if not isinstance(defaults, dict):
         fail("plan_defaults", "expected a mapping of plan keys (e.g. {precision: fp32})")
@@ -158,6 +149,12 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
         if k not in _PLAN - {"strategy", "groups", "search", "file", "name"}:
             fail(f"plan_defaults.{k}", "not a key that can have a default; expected some of micro_batch, "
                  "grad_accum, checkpoint, precision, optimizer, shard_group, reduce_every_microbatch, repeats")
+    hardware = _text(data["hardware"], "hardware", fail)
+    from osdp_sim.hardware.load import resolve_profile_path
+    try:
+        resolve_profile_path(hardware)
+    except UserError as e:
+        fail("hardware", str(e).split(": ", 1)[-1])
     runs_raw = data["runs"]
     if not isinstance(runs_raw, list) or not runs_raw:
         fail("runs", "expected a non-empty list of {model, nproc, plans}")
@@ -192,7 +189,7 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
             _check_plan_spec(spec, pf, fail)
             plans.append(spec)
         runs.append(CampaignRun(model, nproc, tuple(plans), repeats, seq_len, f))
-    return Campaign(name=name, source=source, hardware=_text(data["hardware"], "hardware", fail),
+    return Campaign(name=name, source=source, hardware=hardware,
                     device=device, records_dir=Path(_text(data["records_dir"], "records_dir", fail)),
                     backend=backend, warmup=warmup, iters=iters, threads=threads, seed=seed,
                     timeout_s=float(timeout), runs=tuple(runs))
@@ -215,8 +212,9 @@ def _check_plan_spec(p: dict, f: str, fail) -> None:
     if "strategy" in p:
         if p["strategy"] not in STRATEGIES:
             fail(f"{f}.strategy", f"expected one of {', '.join(STRATEGIES)}, got {p['strategy']!r}")
-        if "slices" in p and (p["slices"] not in SPLITS or isinstance(p["slices"], bool)):
-            fail(f"{f}.slices", f"expected one of {SPLITS}, got {p['slices']!r}")
+        k = p.get("slices", 1)
+        if isinstance(k, bool) or not isinstance(k, int) or k not in SPLITS:
+            fail(f"{f}.slices", f"expected one of {', '.join(map(str, SPLITS))} (a whole number), got {k!r}")
         if p.get("slices", 1) > 1 and p["strategy"] != "zero3":
             fail(f"{f}.slices", "a uniform split shards every slice: use strategy zero3, or groups with "
                  "{strategy: ddp|zero2, slices: k, sharded_slices: j} for partial splits")
@@ -231,11 +229,22 @@ def _check_plan_spec(p: dict, f: str, fail) -> None:
         if not isinstance(s, dict) or set(s) - {"mem_limit"} - extra or "mem_limit" not in s:
             fail(f"{f}.search", "expected {mem_limit: SIZE} and optionally strategies, splits, checkpoint "
                  "(lists) and time_limit_s, e.g. {mem_limit: 300MiB, splits: [1, 2]}")
-        for k in ("strategies", "splits", "checkpoint"):
-            if k in s and not isinstance(s[k], list):
-                fail(f"{f}.search.{k}", f"expected a list, got {s[k]!r}")
+        allowed = {"strategies": STRATEGIES, "splits": SPLITS, "checkpoint": (False, True)}
+        for k, values in allowed.items():
+            if k not in s:
+                continue
+            ok = isinstance(s[k], list) and s[k] and all(
+                any(type(v) is type(a) and v == a for a in values) for v in s[k])
+            if not ok:
+                fail(f"{f}.search.{k}", f"expected a non-empty list of {', '.join(map(str, values))}, "
+                     f"got {s[k]!r}")
+        if "time_limit_s" in s:
+            _seconds(s["time_limit_s"], f"{f}.search.time_limit_s", fail)
         from osdp_sim.units import parse_bytes
         parse_bytes(s["mem_limit"], field=f"{f}.search.mem_limit")
+    for k in ("file", "name"):
+        if k in p:
+            _text(p[k], f"{f}.{k}", fail)
     if "precision" in p and p["precision"] not in PRECISIONS:
         fail(f"{f}.precision", f"expected one of {', '.join(PRECISIONS)}, got {p['precision']!r}")
     if "optimizer" in p and p["optimizer"] not in OPTIMIZERS:
@@ -264,9 +273,21 @@ def _text(v, fld: str, fail) -> str:
 
 
 def _int(v, fld: str, fail, *, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        fail(fld, f"expected a whole number >= {lo}, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= MAX_COUNT:
+        fail(fld, f"expected a whole number in {lo}..{MAX_COUNT}, got {_short(v)}")
     return v
+
+
+def _seconds(v, fld: str, fail) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or not 0 < v <= MAX_TIMEOUT_S:
+        fail(fld, f"expected a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {_short(v)}")
+    return float(v)
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # ---------------------------------------------------------------- plans

@@ -1,32 +1,49 @@
-"""`osdp-sim profiles [NAME_OR_PATH]`: list the hardware profiles, or check and summarise one."""
+"""`osdp-sim profiles [NAME_OR_PATH]`: list the hardware profiles (of a folder, if one is given),
+or check and summarise one."""
 
 import sys
+from pathlib import Path
 
 from osdp_sim.errors import UserError
 from osdp_sim.hardware.load import available_profiles, load_profile
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.units import format_bytes, format_seconds
 
-HELP = "list hardware profiles, or validate and summarise one (a name such as titan8, or a YAML file)"
+HELP = ("list hardware profiles (those of a folder, if given), or validate and summarise one "
+        "(a name such as titan8, or a YAML file)")
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("profile", nargs="?", metavar="NAME_OR_PATH",
-                        help="a profile name from the list or a YAML file; omit to list them")
+                        help="a profile name from the list or a YAML file; a folder lists and checks "
+                        "the *.yaml profiles in it; omit to list the known ones")
 
 
 def run(args) -> int:
+    if args.profile and _is_dir(args.profile):
+        folder = Path(args.profile)
+        paths = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+        if not paths:
+            raise UserError("is a directory with no profile files (*.yaml, *.yml) in it", source=str(folder))
+        return _list(paths)
     if args.profile:
         print(summary(load_profile(args.profile)))
         return 0
-    return _list()
-
-
-def _list() -> int:
     paths = available_profiles()
     if not paths:
         print("no hardware profiles found (looked in ./hwprofiles/ and the shipped hwprofiles/)")
         return 0
+    return _list(paths)
+
+
+def _is_dir(arg: str) -> bool:
+    try:
+        return Path(arg).is_dir()
+    except OSError:                 # a name too long for the file system: load_profile says so
+        return False
+
+
+def _list(paths) -> int:
     rows = [("name", "devices", "memory/device", "bf16 TFLOP/s", "intra busbw GB/s", "inter busbw GB/s")]
     failed = 0
     for path in paths:

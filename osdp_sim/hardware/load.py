@@ -8,10 +8,9 @@ documents the schema key by key.
 import math
 from pathlib import Path
 
-import yaml
-
 import osdp_sim
 from osdp_sim.errors import UserError
+from osdp_sim.fileio import read_yaml
 from osdp_sim.hardware.profile import (COLLECTIVE_OPS, DTYPES, SCOPES, CollectiveSpec,
                                        CollectiveTable, ComputeSpec, DeviceSpec, HardwareProfile,
                                        LinkSpec, MemorySpec)
@@ -30,6 +29,19 @@ US = 1e-6         # microseconds -> seconds
 # Upper bounds far above any real device, per unit: values beyond them are almost always a unit
 # slip (bytes/s written under a *_gbps key, FLOP/s under *_tflops, ns under *_us).
 _PLAUSIBLE_MAX = {"GiB": 65536.0, "MiB": 65536.0 * 1024, "TFLOP/s": 1e6, "GB/s": 1e6, "us": 1e7}
+# Lower bounds far below any real device (non-zero values under them are slips the other way, or
+# make every prediction astronomically long): 1 MiB of memory, 1 MFLOP/s, 1 KB/s.
+_PLAUSIBLE_MIN = {"GiB": 2.0**-10, "TFLOP/s": 1e-6, "GB/s": 1e-6}
+
+# A sane collective table (docs/hardware-profiles.md, `tables`): the time factor * S / busbw of
+# a size is at least TABLE_MIN_TIME_RATIO of the previous (smaller) size's: it does not decrease,
+# up to the noise of a measurement where latency dominates (shipped tables: 1.01x at the least);
+# and its bus bandwidth is at least TABLE_MIN_BUSBW_RATIO of the previous size's (measured
+# neighbours differ by about 2x at most).
+TABLE_MIN_TIME_RATIO = 0.8
+MAX_DEVICES = 2**20               # a million ranks: above any machine built
+MAX_MESSAGE_BYTES = 2**50         # 1 PiB in one collective
+TABLE_MIN_BUSBW_RATIO = 0.1
 
 
 def shipped_profiles() -> list[Path]:
@@ -50,8 +62,15 @@ def available_profiles() -> list[Path]:
 
 def resolve_profile_path(arg: str | Path) -> Path:
     """A path to an existing file, or a bare name looked up in ./hwprofiles/ and the shipped folder."""
+    try:
+        return _resolve_profile_path(arg)
+    except OSError as e:                        # a name too long for the file system, ...
+        raise UserError(f"cannot use this as a profile path or name ({e.strerror})", source=str(arg)) from None
+
+
+def _resolve_profile_path(arg: str | Path) -> Path:
     path = Path(arg)
-    if path.is_file():
+    if path.exists() and not path.is_dir():     # a file, or a device the reader then refuses
         return path
     text = str(arg)
     is_bare_name = path.name == text and path.suffix not in (".yaml", ".yml")
@@ -61,6 +80,9 @@ def resolve_profile_path(arg: str | Path) -> Path:
                 candidate = folder / f"{text}{suffix}"
                 if candidate.is_file():
                     return candidate
+    if path.is_dir():
+        raise UserError("is a directory, not a profile file; give a YAML file or a profile name "
+                        "(`osdp-sim profiles DIR` lists the profiles in a folder)", source=str(arg))
     names = ", ".join(p.stem for p in available_profiles()) or "none found"
     what = "no hardware profile of that name" if is_bare_name else "file not found"
     raise UserError(f"{what}; give a YAML file or a profile name ({names})", source=text)
@@ -69,19 +91,7 @@ def resolve_profile_path(arg: str | Path) -> Path:
 def load_profile(arg: str | Path) -> HardwareProfile:
     """Load a profile from a YAML file path or a bare name such as `titan8`."""
     path = resolve_profile_path(arg)
-    src = str(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UserError(f"cannot read the file ({e.strerror})", source=src) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise UserError(f"not valid YAML{where} ({problem})", source=src) from None
-    return profile_from_dict(data, src)
+    return profile_from_dict(read_yaml(path, "profile"), str(path))
 
 
 def profile_from_dict(data, source: str = "<profile>") -> HardwareProfile:
@@ -100,9 +110,9 @@ def profile_from_dict(data, source: str = "<profile>") -> HardwareProfile:
     compute = _compute(r, top["compute"])
     collectives = _collectives(r, top["collectives"], device)
     overlap = r.mapping(top["overlap"], "overlap", required=("slowdown",))
-    slowdown = r.number(overlap["slowdown"], "overlap.slowdown", lo=1.0,
+    slowdown = r.number(overlap["slowdown"], "overlap.slowdown", lo=1.0, hi=10.0,
                         hint="1 means perfect overlap; measured values are 1.1-1.4")
-    memory = _memory(r, top["memory"])
+    memory = _memory(r, top["memory"], device)
     provenance = top.get("provenance", {})
     if provenance is None:
         provenance = {}
@@ -120,8 +130,8 @@ def _device(r: "_Reader", value) -> DeviceSpec:
     if kind not in DEVICE_KINDS:
         r.fail("device.kind", f"expected one of {', '.join(DEVICE_KINDS)}, got {_show(kind)}")
     name = r.text(d["name"], "device.name")
-    count = r.integer(d["count"], "device.count", lo=1)
-    per_node = r.integer(d["per_node"], "device.per_node", lo=1)
+    count = r.integer(d["count"], "device.count", lo=1, hi=MAX_DEVICES)
+    per_node = r.integer(d["per_node"], "device.per_node", lo=1, hi=MAX_DEVICES)
     if per_node > count or count % per_node:
         r.fail("device.per_node", f"device.count ({count}) must be a multiple of per_node "
                f"({per_node}); use per_node = count for one node")
@@ -158,9 +168,10 @@ def _compute(r: "_Reader", value) -> ComputeSpec:
         memory_bandwidth_bytes_per_s=r.positive(c["memory_bandwidth_gbps"], "compute.memory_bandwidth_gbps",
                                                 "GB/s") * GBPS,
         bandwidth_efficiency=r.fraction(c["bandwidth_efficiency"], "compute.bandwidth_efficiency"),
-        backward_forward_ratio=r.positive(c["backward_forward_ratio"], "compute.backward_forward_ratio"),
+        backward_forward_ratio=r.number(c["backward_forward_ratio"], "compute.backward_forward_ratio",
+                                        lo=0.1, hi=10.0, hint="2 for the 6*P*tokens rule"),
         kernel_launch_s=r.nonnegative(c["kernel_launch_us"], "compute.kernel_launch_us", "us") * US,
-        efficiency_scale=r.positive(c.get("efficiency_scale", 1.0), "compute.efficiency_scale"))
+        efficiency_scale=r.multiplier(c.get("efficiency_scale", 1.0), "compute.efficiency_scale"))
 
 
 def _efficiency_curve(r: "_Reader", value, path: str) -> tuple[tuple[float, float], ...]:
@@ -210,7 +221,7 @@ def _per_op(r: "_Reader", value, path: str, *, default: float, unit: str = "") -
     if value is None:
         return out
     for op, v in r.mapping(value, path, optional=COLLECTIVE_OPS).items():
-        out[op] = r.nonnegative(v, f"{path}.{op}", unit) if unit else r.positive(v, f"{path}.{op}")
+        out[op] = r.nonnegative(v, f"{path}.{op}", unit) if unit else r.multiplier(v, f"{path}.{op}")
     return out
 
 
@@ -235,7 +246,7 @@ def _tables(r: "_Reader", value, device: DeviceSpec) -> tuple[CollectiveTable, .
         seen[op, group, scope] = i
         sizes_raw = r.sequence(t["sizes_bytes"], f"{path}.sizes_bytes", hint="message sizes in bytes",
                                nonempty=True)
-        sizes = [r.integer(s, f"{path}.sizes_bytes[{j}]", lo=1, unit="bytes")
+        sizes = [r.integer(s, f"{path}.sizes_bytes[{j}]", lo=1, hi=MAX_MESSAGE_BYTES, unit="bytes")
                  for j, s in enumerate(sizes_raw)]
         for j in range(1, len(sizes)):
             if sizes[j] <= sizes[j - 1]:
@@ -247,9 +258,25 @@ def _tables(r: "_Reader", value, device: DeviceSpec) -> tuple[CollectiveTable, .
             r.fail(f"{path}.busbw_gbps", f"has {len(bw_raw)} values but sizes_bytes has {len(sizes)}; "
                    "give one bus bandwidth per message size")
         bw = [r.positive(b, f"{path}.busbw_gbps[{j}]", "GB/s") * GBPS for j, b in enumerate(bw_raw)]
+        _check_table_shape(r, path, sizes, bw)
         out.append(CollectiveTable(op=op, group_size=group, scope=scope, sizes_bytes=tuple(sizes),
                                    busbw_bytes_per_s=tuple(bw)))
     return tuple(out)
+
+
+def _check_table_shape(r: "_Reader", path: str, sizes: list[int], bw: list[float]) -> None:
+    """Neighbouring sizes: a bigger message never takes clearly less time (busbw grows at most
+    about as fast as the size), and the bus bandwidth never collapses by an order of magnitude."""
+    for j in range(1, len(sizes)):
+        here, prev = bw[j] / GBPS, bw[j - 1] / GBPS
+        if here < prev * TABLE_MIN_BUSBW_RATIO:
+            r.fail(f"{path}.busbw_gbps[{j}]", f"bus bandwidth collapses from {prev:g} GB/s at "
+                   f"{sizes[j - 1]} bytes to {here:g} GB/s at {sizes[j]} bytes (less than "
+                   f"{TABLE_MIN_BUSBW_RATIO:g}x); a measurement glitch? remeasure or drop the row")
+        if sizes[j] / bw[j] < TABLE_MIN_TIME_RATIO * sizes[j - 1] / bw[j - 1]:
+            r.fail(f"{path}.busbw_gbps[{j}]", f"{sizes[j]} bytes at {here:g} GB/s would take less "
+                   f"than {TABLE_MIN_TIME_RATIO:g}x the time of {sizes[j - 1]} bytes at {prev:g} GB/s; "
+                   "the time of a collective cannot decrease with its size")
 
 
 def _check_group(r: "_Reader", path: str, group: int, scope: str, device: DeviceSpec) -> None:
@@ -265,11 +292,17 @@ def _check_group(r: "_Reader", path: str, group: int, scope: str, device: Device
                "devices are in one node (device.per_node); use scope intra")
 
 
-def _memory(r: "_Reader", value) -> MemorySpec:
+def _memory(r: "_Reader", value, device: DeviceSpec) -> MemorySpec:
     m = r.mapping(value, "memory", required=("context_mib", "fragmentation"))
     context_mib = r.nonnegative(m["context_mib"], "memory.context_mib", "MiB")
+    context_bytes = int(round(context_mib * MiB))
+    # The bound calibration fits the context within (calibrate/params.py), and room for tensors.
+    if context_bytes > device.memory_bytes / 2 or context_bytes >= device.usable_memory_bytes:
+        r.fail("memory.context_mib", f"{context_mib:g} MiB leaves no room for tensors: it must be at "
+               f"most half of device.memory_gib ({device.memory_bytes / MiB / 2:g} MiB) and below "
+               f"device.usable_memory_gib ({device.usable_memory_bytes / MiB:g} MiB)")
     frag = r.number(m["fragmentation"], "memory.fragmentation", lo=0.0, hi=1.0, hi_open=True)
-    return MemorySpec(context_bytes=int(round(context_mib * MiB)), fragmentation=frag)
+    return MemorySpec(context_bytes=context_bytes, fragmentation=frag)
 
 
 class _Reader:
@@ -320,12 +353,16 @@ class _Reader:
         below = lo is not None and (x <= lo if lo_open else x < lo)
         above = hi is not None and (x >= hi if hi_open else x > hi)
         if below or above:
-            self.fail(path, f"expected {_range(lo, hi, lo_open, hi_open)}{in_unit}, got {value!r}"
+            self.fail(path, f"expected {_range(lo, hi, lo_open, hi_open)}{in_unit}, got {_show(value)}"
                       + (f"; {hint}" if hint else ""))
         plausible_max = _PLAUSIBLE_MAX.get(unit)
         if plausible_max is not None and x > plausible_max:
-            self.fail(path, f"{value!r} is implausibly large for a value{in_unit} "
+            self.fail(path, f"{_show(value)} is implausibly large for a value{in_unit} "
                       f"(more than {plausible_max:g}); check the unit")
+        plausible_min = _PLAUSIBLE_MIN.get(unit)
+        if plausible_min is not None and 0 < x < plausible_min:
+            self.fail(path, f"{_show(value)} is implausibly small for a value{in_unit} "
+                      f"(less than {plausible_min:g}); check the unit")
         return x
 
     def positive(self, value, path: str, unit: str = "") -> float:
@@ -335,14 +372,23 @@ class _Reader:
         return self.number(value, path, lo=0.0, unit=unit)
 
     def fraction(self, value, path: str) -> float:
-        return self.number(value, path, lo=0.0, lo_open=True, hi=1.0)
+        x = self.number(value, path, lo=0.0, lo_open=True, hi=1.0)
+        if x < 1e-4:
+            self.fail(path, f"{_show(value)} is implausibly small for a fraction of peak (less than 1e-4)")
+        return x
 
-    def integer(self, value, path: str, *, lo: int, unit: str = "") -> int:
+    def multiplier(self, value, path: str) -> float:
+        """A calibration multiplier: within two orders of magnitude of 1."""
+        return self.number(value, path, lo=0.01, hi=100.0, hint="a multiplier near 1")
+
+    def integer(self, value, path: str, *, lo: int, hi: int | None = None, unit: str = "") -> int:
         in_unit = f" of {unit}" if unit else ""
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(path, f"expected a whole number{in_unit} >= {lo}, got {_show(value)}")
         if value < lo:
             self.fail(path, f"expected a whole number{in_unit} >= {lo}, got {value}")
+        if hi is not None and value > hi:
+            self.fail(path, f"{_show(value)} is implausibly large (more than {hi}){in_unit}")
         return value
 
 
@@ -369,7 +415,8 @@ def _show(value) -> str:
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    return repr(value)
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _search_dirs() -> list[Path]:

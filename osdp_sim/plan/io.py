@@ -15,6 +15,8 @@ VERSION = 2
 # norm_kind, fused projections, sliding_window, n_experts, top_k and source. Version 1 files
 # are read with those at their defaults (model.load.config_from_dict).
 READS = (1, 2)
+# Counts (devices, micro-batch, accumulation steps) above a 32-bit integer are a slip, not a plan.
+MAX_COUNT = 2**31 - 1
 
 
 def plan_to_dict(plan: Plan) -> dict:
@@ -51,7 +53,8 @@ def plan_from_dict(data, *, source: str = "<plan>") -> Plan:
         raise err(None, "expected a JSON object (an osdp-sim plan file)")
     if data.get("format") != FORMAT:
         raise err("format", f"expected {FORMAT!r}; is this a plan written by osdp-sim?")
-    if data.get("version") not in READS or isinstance(data.get("version"), bool):
+    version = data.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version not in READS:
         raise err("version", f"unsupported version {data.get('version')!r}; this osdp-sim reads versions "
                   f"{', '.join(map(str, READS))}")
     known = {"format", "version", "model", "devices", "shard_group", "micro_batch", "grad_accum",
@@ -62,13 +65,20 @@ def plan_from_dict(data, *, source: str = "<plan>") -> Plan:
     for key in ("model", "devices", "micro_batch", "groups"):
         if key not in data:
             raise err(key, "missing required key")
-    model = config_from_dict(data["model"], source=source, version=data["version"])
+    model = config_from_dict(data["model"], source=source, version=version)
+    groups = data["groups"]
+    if not isinstance(groups, dict):
+        raise err("groups", "expected an object mapping group names to strategies")
+    if len(groups) != 1 + 2 * model.n_layers:
+        # Before build_spec: a layer count that does not match the groups (n_layers: 4000000000)
+        # is a mistake to name, not a model to build.
+        raise err(*_group_mismatch(groups, model))
     spec = build_spec(model)
 
     def pos_int(key, default=None):
         v = data.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise err(key, f"expected a positive whole number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_COUNT:
+            raise err(key, f"expected a whole number in 1..{MAX_COUNT}, got {_show(v)}")
         return v
 
     devices = pos_int("devices")
@@ -77,19 +87,12 @@ def plan_from_dict(data, *, source: str = "<plan>") -> Plan:
     shard_group = pos_int("shard_group", devices)
     if shard_group > devices or devices % shard_group:
         raise err("shard_group", f"must divide devices ({devices}), got {shard_group}")
-    precision = data.get("precision", "bf16")
-    if precision not in PRECISIONS:
-        raise err("precision", f"expected one of {', '.join(PRECISIONS)}, got {precision!r}")
-    optimizer = data.get("optimizer", "adamw")
-    if optimizer not in OPTIMIZERS:
-        raise err("optimizer", f"expected one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    precision = _choice(data.get("precision", "bf16"), PRECISIONS, "precision", err)
+    optimizer = _choice(data.get("optimizer", "adamw"), OPTIMIZERS, "optimizer", err)
     rem = data.get("reduce_every_microbatch", True)
     if not isinstance(rem, bool):
-        raise err("reduce_every_microbatch", f"expected true or false, got {rem!r}")
+        raise err("reduce_every_microbatch", f"expected true or false, got {_show(rem)}")
 
-    groups = data["groups"]
-    if not isinstance(groups, dict):
-        raise err("groups", "expected an object mapping group names to strategies")
     missing = [k for k in spec.plan_keys if k not in groups]
     if missing:
         raise err(f"groups.{missing[0]}", f"missing; the model {model.name!r} has groups "
@@ -102,18 +105,52 @@ def plan_from_dict(data, *, source: str = "<plan>") -> Plan:
         choices[key] = _choice_from_dict(value, f"groups.{key}", err, splittable=key != "root")
     ckpt = data.get("checkpoint", [])
     if not isinstance(ckpt, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in ckpt):
-        raise err("checkpoint", "expected a list of block indices")
+        raise err("checkpoint", "expected a list of block indices (whole numbers)")
     bad = [i for i in ckpt if not 0 <= i < model.n_layers]
     if bad:
         raise err("checkpoint", f"block {bad[0]} out of range 0..{model.n_layers - 1}")
+    set_ckpt = set(ckpt)
     notes = data.get("notes", {})
     if not isinstance(notes, dict):
         raise err("notes", "expected an object")
     return Plan(model=model, devices=devices, micro_batch=micro_batch,
                 choices={k: choices[k] for k in spec.plan_keys},
-                checkpoint=tuple(i in set(ckpt) for i in range(model.n_layers)),
+                checkpoint=tuple(i in set_ckpt for i in range(model.n_layers)),
                 grad_accum=grad_accum, precision=precision, optimizer=optimizer,
                 shard_group=shard_group, reduce_every_microbatch=rem, notes=notes)
+
+
+def _group_mismatch(groups: dict, model) -> tuple[str, str]:
+    """(field, message) for groups that do not list root, block0.attn .. block<n-1>.mlp exactly;
+    stops at the first missing key, so it costs what the file holds, not n_layers."""
+    last = f"block{model.n_layers - 1}.mlp"
+    if "root" not in groups:
+        return "groups.root", f"missing; the model {model.name!r} has groups root .. {last}"
+    for i in range(model.n_layers):
+        for part in ("attn", "mlp"):
+            if f"block{i}.{part}" not in groups:
+                return (f"groups.block{i}.{part}", f"missing; the model {model.name!r} has "
+                        f"{model.n_layers} blocks, groups root .. {last}")
+    known = {"root"} | {f"block{i}.{p}" for i in range(model.n_layers) for p in ("attn", "mlp")}
+    extra = next(k for k in groups if k not in known)
+    return (f"groups.{extra}", f"no such group in model {model.name!r} "
+            f"(expected root, block0.attn .. {last})")
+
+
+def _choice(value, allowed: tuple, field: str, err) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise err(field, f"expected one of {', '.join(allowed)}, got {_show(value)}")
+    return value
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _show(value) -> str:
+    """A value as the user wrote it, cut short (a huge list or number stays one short line)."""
+    text = json.dumps(value) if isinstance(value, (dict, list, str, bool)) or value is None else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _choice_from_dict(value, field, err, *, splittable: bool) -> GroupChoice:
@@ -124,17 +161,18 @@ def _choice_from_dict(value, field, err, *, splittable: bool) -> GroupChoice:
     for key in value:
         if key not in ("strategy", "slices", "sharded_slices"):
             raise err(f"{field}.{key}", "unknown key; expected strategy, slices, sharded_slices")
-    strategy = value.get("strategy")
-    if strategy not in STRATEGIES:
-        raise err(f"{field}.strategy", f"expected one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if "strategy" not in value:
+        raise err(f"{field}.strategy", f"missing; expected one of {', '.join(STRATEGIES)}")
+    strategy = _choice(value["strategy"], STRATEGIES, f"{field}.strategy", err)
     k = value.get("slices", 1)
-    if k not in SPLITS or isinstance(k, bool):
-        raise err(f"{field}.slices", f"expected one of {SPLITS}, got {k!r}")
+    if not _whole(k) or k not in SPLITS:
+        raise err(f"{field}.slices", f"expected one of {', '.join(map(str, SPLITS))} (a whole number), "
+                  f"got {_show(k)}")
     if k > 1 and not splittable:
         raise err(f"{field}.slices", "the root group (embedding and head) cannot be split")
     j = value.get("sharded_slices", k if strategy == "zero3" else 0)
-    if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j <= k:
-        raise err(f"{field}.sharded_slices", f"expected a whole number in 0..{k}, got {j!r}")
+    if not _whole(j) or not 0 <= j <= k:
+        raise err(f"{field}.sharded_slices", f"expected a whole number in 0..{k}, got {_show(j)}")
     if strategy == "zero3" and j != k:
         raise err(f"{field}.sharded_slices", "a zero3 group shards every slice; use strategy ddp or "
                   "zero2 for the replicated slices of a partly sharded group")

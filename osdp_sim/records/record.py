@@ -241,14 +241,23 @@ def load_records(dirs, *, status: str | None = None) -> list[Record]:
     paths = []
     for d in dirs:
         p = Path(d)
-        if p.is_file():
-            paths.append(p)
-        elif p.is_dir():
-            paths.extend(q for q in p.rglob("*.json") if not q.name.startswith("."))
-        else:
-            raise UserError("no such records folder or file", source=str(d))
+        try:
+            if p.is_file():
+                paths.append(p)
+            elif p.is_dir():
+                paths.extend(q for q in p.rglob("*.json") if not q.name.startswith("."))
+            else:
+                raise UserError("no such records folder or file", source=str(d))
+        except OSError as e:                    # a name too long, a folder that cannot be listed
+            raise UserError(f"cannot read this records folder or file ({e.strerror})", source=str(d)) from None
     out = [load_record(p) for p in sorted(paths)]
     return [r for r in out if status is None or r.status == status]
+
+
+# Bounds far above any real run: larger values are a slip or a corrupted file.
+MAX_SECONDS = 1e7          # 115 days for one step
+MAX_BYTES = 2**60          # 1 EiB per device
+MAX_RANKS = 2**31 - 1
 
 
 def _check(data, source: str) -> None:
@@ -258,35 +267,51 @@ def _check(data, source: str) -> None:
     if not isinstance(data, dict):
         raise err(None, "expected a JSON object (an osdp-sim validation record)")
     if data.get("format") != FORMAT:
-        raise err("format", f"expected {FORMAT!r}, got {data.get('format')!r}; is this a record "
+        raise err("format", f"expected {FORMAT!r}, got {_show(data.get('format'))}; is this a record "
                   "written by `osdp-sim validate`?")
-    if data.get("version") not in READS or isinstance(data.get("version"), bool):
-        raise err("version", f"unsupported version {data.get('version')!r}; this osdp-sim reads "
+    version = data.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version not in READS:
+        raise err("version", f"unsupported version {_show(version)}; this osdp-sim reads "
                   f"versions {', '.join(map(str, READS))}")
     for key in _TOP_KEYS:
         if key not in data:
             raise err(key, "missing required field")
-    if data["status"] not in STATUSES:
-        raise err("status", f"expected one of {', '.join(STATUSES)}, got {data['status']!r}")
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise err(key, f"unknown field; expected some of {', '.join(_TOP_KEYS)}")
+    if not isinstance(data["status"], str) or data["status"] not in STATUSES:
+        raise err("status", f"expected one of {', '.join(STATUSES)}, got {_show(data['status'])}")
+    ok = data["status"] == "ok"
     for key in ("run_id", "created"):
-        if not isinstance(data[key], str) or not data[key]:
-            raise err(key, f"expected text, got {data[key]!r}")
+        _text(data[key], key, err)
     try:
         datetime.fromisoformat(data["created"])
     except ValueError:
-        raise err("created", f"expected an ISO 8601 time, got {data['created']!r}") from None
+        raise err("created", f"expected an ISO 8601 time, got {_show(data['created'])}") from None
     for key in ("plan", "model", "hardware_profile", "env", "settings", "measured"):
         if not isinstance(data[key], dict):
             raise err(key, "expected an object")
     _need(data["hardware_profile"], ("name", "path"), "hardware_profile", err)
-    _need(data["env"], _ENV_KEYS, "env", err)
+    for key in ("name", "path"):
+        _text(data["hardware_profile"][key], f"hardware_profile.{key}", err)
+    env = data["env"]
+    _need(env, _ENV_KEYS, "env", err)
     for key in ("world_size", "threads_per_rank", "cores"):
-        _int(data["env"][key], f"env.{key}", err, minimum=1)
-    if not isinstance(data["env"]["oversubscribed"], bool):
-        raise err("env.oversubscribed", "expected true or false")
+        _int(env[key], f"env.{key}", err, minimum=1)
+    for key in ("backend", "device_kind"):
+        _text(env[key], f"env.{key}", err)
+    if not isinstance(env["oversubscribed"], bool):
+        raise err("env.oversubscribed", f"expected true or false, got {_show(env['oversubscribed'])}")
+    for key in ("load_avg_1m", "load_avg_1m_before", "other_cpu_fraction"):
+        if key in env:
+            _num(env[key], f"env.{key}", err, nullable=True, maximum=1e6)
     _need(data["settings"], _SETTINGS_KEYS, "settings", err)
     for key in _SETTINGS_KEYS:
         _int(data["settings"][key], f"settings.{key}", err, minimum=0)
+    if data["settings"].get("mem_cap_bytes") is not None:
+        _int(data["settings"]["mem_cap_bytes"], "settings.mem_cap_bytes", err, minimum=1, maximum=MAX_BYTES)
+    if "timeout_s" in data["settings"]:
+        _num(data["settings"]["timeout_s"], "settings.timeout_s", err, nullable=True, maximum=MAX_SECONDS)
     m = data["measured"]
     _need(m, _MEASURED_KEYS, "measured", err)
     t = m["iteration_time_s"]
@@ -294,32 +319,83 @@ def _check(data, source: str) -> None:
         raise err("measured.iteration_time_s", "expected an object")
     _need(t, _TIME_STATS + ("per_rank",), "measured.iteration_time_s", err)
     for key in _TIME_STATS:
-        _num(t[key], f"measured.iteration_time_s.{key}", err, nullable=data["status"] != "ok")
-    if not isinstance(t["per_rank"], list) or not all(isinstance(x, list) for x in t["per_rank"]):
-        raise err("measured.iteration_time_s.per_rank", "expected a list of lists of seconds")
+        _num(t[key], f"measured.iteration_time_s.{key}", err, nullable=not ok, maximum=MAX_SECONDS,
+             positive=ok and key != "std")
+    _seconds_lists(t["per_rank"], "measured.iteration_time_s.per_rank", err, depth=2)
+    if "per_step" in t:
+        _seconds_lists(t["per_step"], "measured.iteration_time_s.per_step", err, depth=1)
     # null when no rank got through the memory step, or MemTracker failed (memory.per_rank says why)
-    _num(m["peak_memory_bytes"], "measured.peak_memory_bytes", err, nullable=True)
+    _num(m["peak_memory_bytes"], "measured.peak_memory_bytes", err, nullable=True, maximum=MAX_BYTES)
     if not isinstance(m["memory"], dict) or not isinstance(m["memory"].get("per_rank"), list):
         raise err("measured.memory.per_rank", "expected a list with one object per rank")
-    if len(m["memory"]["per_rank"]) != data["env"]["world_size"]:
-        raise err("measured.memory.per_rank", f"has {len(m['memory']['per_rank'])} entries for "
-                  f"world_size {data['env']['world_size']}")
+    per_rank = m["memory"]["per_rank"]
+    if len(per_rank) != env["world_size"]:
+        raise err("measured.memory.per_rank", f"has {len(per_rank)} entries for "
+                  f"world_size {env['world_size']}")
+    for r, mem in enumerate(per_rank):
+        _rank_memory_check(mem, f"measured.memory.per_rank[{r}]", err)
+    if not isinstance(m["losses"], dict):
+        raise err("measured.losses", "expected an object {mean, per_rank, phases}")
     if data["predicted"] is not None:
         p = data["predicted"]
         if not isinstance(p, dict):
             raise err("predicted", "expected an object or null")
         _need(p, ("iteration_time_s", "peak_memory_bytes"), "predicted", err)
-        _num(p["iteration_time_s"], "predicted.iteration_time_s", err)
-        _num(p["peak_memory_bytes"], "predicted.peak_memory_bytes", err)
-    if data["errors"] is not None and not isinstance(data["errors"], dict):
-        raise err("errors", "expected an object or null")
-    if data["status"] != "ok":
+        _num(p["iteration_time_s"], "predicted.iteration_time_s", err, maximum=MAX_SECONDS)
+        _num(p["peak_memory_bytes"], "predicted.peak_memory_bytes", err, maximum=MAX_BYTES)
+        for key in ("memory_breakdown", "time_breakdown"):
+            if key in p:
+                _number_map(p[key], f"predicted.{key}", err)
+    if data["errors"] is not None:
+        e = data["errors"]
+        if not isinstance(e, dict):
+            raise err("errors", "expected an object or null")
+        for key, v in e.items():
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not math.isfinite(v)):
+                raise err(f"errors.{key}", f"expected a finite number or null, got {_show(v)}")
+    if not ok:
         f = data["failure"]
         if not isinstance(f, dict):
             raise err("failure", f"a record with status {data['status']!r} must say why (an object)")
         _need(f, ("rank", "reason", "exit_code", "stderr_tail"), "failure", err)
+        for key in ("rank", "exit_code"):
+            if f[key] is not None and (isinstance(f[key], bool) or not isinstance(f[key], int)):
+                raise err(f"failure.{key}", f"expected a whole number or null, got {_show(f[key])}")
+        for key in ("reason", "stderr_tail"):
+            if f[key] is not None and not isinstance(f[key], str):
+                raise err(f"failure.{key}", f"expected text or null, got {_show(f[key])}")
     elif data["failure"] is not None:
         raise err("failure", "must be null when status is 'ok'")
+
+
+def _rank_memory_check(mem, where, err):
+    if mem is None:
+        return
+    if not isinstance(mem, dict):
+        raise err(where, "expected an object or null")
+    for key in ("tracker_peak_bytes", "rss_hwm_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes"):
+        if key in mem:
+            _num(mem[key], f"{where}.{key}", err, nullable=True, maximum=MAX_BYTES)
+    if mem.get("tracker_breakdown") is not None:
+        _number_map(mem["tracker_breakdown"], f"{where}.tracker_breakdown", err, maximum=MAX_BYTES)
+
+
+def _seconds_lists(v, where, err, *, depth):
+    if not isinstance(v, list):
+        raise err(where, "expected a list of seconds" if depth == 1 else "expected a list of lists of seconds")
+    for i, x in enumerate(v):
+        if depth > 1:
+            _seconds_lists(x, f"{where}[{i}]", err, depth=depth - 1)
+        else:
+            _num(x, f"{where}[{i}]", err, maximum=MAX_SECONDS)
+
+
+def _number_map(v, where, err, *, maximum=float("inf")):
+    if not isinstance(v, dict):
+        raise err(where, "expected an object of numbers")
+    for key, x in v.items():
+        _num(x, f"{where}.{key}", err, maximum=maximum, allow_negative=True)
 
 
 def _need(d, keys, where, err):
@@ -330,13 +406,31 @@ def _need(d, keys, where, err):
             raise err(f"{where}.{k}", "missing required field")
 
 
-def _int(v, field, err, *, minimum=0):
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise err(field, f"expected a whole number >= {minimum}, got {v!r}")
+def _text(v, field, err):
+    if not isinstance(v, str) or not v:
+        raise err(field, f"expected text, got {_show(v)}")
 
 
-def _num(v, field, err, *, nullable=False):
+def _int(v, field, err, *, minimum=0, maximum=MAX_RANKS):
+    if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= maximum:
+        raise err(field, f"expected a whole number in {minimum}..{maximum}, got {_show(v)}")
+
+
+def _num(v, field, err, *, nullable=False, maximum=float("inf"), positive=False, allow_negative=False):
     if v is None and nullable:
         return
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise err(field, f"expected a non-negative number, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise err(field, f"expected a finite number, got {_show(v)}")
+    if positive and v <= 0:
+        raise err(field, f"expected a number > 0 for an ok run, got {_show(v)}")
+    if (v < 0 and not allow_negative) or abs(v) > maximum:
+        raise err(field, f"expected a number in 0..{maximum:g}, got {_show(v)}")
+
+
+def _show(v) -> str:
+    """A value as written in the file, cut to one short line."""
+    try:
+        text = json.dumps(v)
+    except (TypeError, ValueError):
+        text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
