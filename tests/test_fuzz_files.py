@@ -246,8 +246,6 @@ def test_fuzzed_plans(tmp_path, content):
     _check_cli(["estimate", "--hw", "cpu-2core", "--plan", str(path), "--json"], path, json_out=True)
 
 
-@pytest.mark.xfail(reason="model fields in a plan: config_from_dict accepts 309-digit integers "
-                   "(OverflowError in build_spec); the model stage's part of issue 12", strict=False)
 @settings(FUZZ, max_examples=60)
 @given(content=_any_input(PLANS, "json", inside=MODEL_IN_PLAN))
 def test_fuzzed_model_fields_in_plans(tmp_path, content):

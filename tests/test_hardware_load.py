@@ -362,7 +362,8 @@ def test_cli_profiles_summarises_one(capsys):
 
 def test_cli_models_lists_builtins(capsys):
     assert main(["models"]) == 0
-    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    table = capsys.readouterr().out.split("\n\n")[0]          # the built-ins, before the config.json list
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[1:]}
     # name family layers hidden heads kv ffn vocab seq params; GPT-2 small is 124,439,808 parameters.
     assert rows["gpt2-124m"] == ["gpt2-124m", "gpt2", "12", "768", "12", "12", "3072", "50257", "1024",
                                  "124.4M"]

@@ -155,11 +155,15 @@ def test_saved_plan_has_the_umask_mode(tmp_path):
 def test_a_layer_count_that_does_not_match_the_groups_is_named_without_building_the_model(tmp_path):
     import time
     d = _good()
-    d["model"]["n_layers"] = 4 * 10**9                      # a slip: building this spec never ends
+    d["model"]["n_layers"] = 100_000                         # the most a model may have: named at once
     f = tmp_path / "plan.json"
     f.write_text(json.dumps(d))
     t0 = time.monotonic()
     with pytest.raises(UserError, match=r"plan\.json: groups\.block4\.attn: missing; the model 'gpt2-tiny' "
-                                        r"has 4000000000 blocks"):
+                                        r"has 100000 blocks"):
         load_plan(f)
     assert time.monotonic() - t0 < 5
+    d["model"]["n_layers"] = 4 * 10**9                      # beyond it: the model field itself is named
+    f.write_text(json.dumps(d))
+    with pytest.raises(UserError, match=r"plan\.json: model\.n_layers: must be a whole number in 1\.\.100000"):
+        load_plan(f)
