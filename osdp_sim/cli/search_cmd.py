@@ -254,7 +254,7 @@ def infeasible_message(spec, hw, limit, space, result, args, deadline: float | N
     msg = (f"no plan of {spec.name} fits {format_bytes(limit)} per device on {hw.device.count} devices: "
            + (f"the least peak memory any plan in the space reaches is {format_bytes(least)}" if exact else
               f"the least peak memory any plan in the space reaches is at least {format_bytes(least)} "
-              "(a proven bound: the least-peak search did not finish within the time limit)"))
+              "(a proven bound: the least-peak search did not prove the exact least)"))
     found = None
     if not exact and result.min_peak_plan is not None:
         from osdp_sim.costmodel import estimate
@@ -268,11 +268,13 @@ def infeasible_message(spec, hw, limit, space, result, args, deadline: float | N
     else:
         msg += f", more than the {format_bytes(usable)} usable per device ({hw.device.name})"
     from osdp_sim.hardware.load import load_profile
+    profile = load_profile(args.hw)            # all its devices (--gpus may have cut hw)
+    beyond = devices is not None and devices > profile.device.count
     hints = []
-    # When the states alone need more devices, no other relaxation can fit: leave the time to that.
-    relaxations = [] if devices is None or devices > hw.device.count else \
-        _relaxations(spec, hw, space, load_profile(args.hw), deadline)
-    for label, peak, proven in relaxations:
+    # When the states alone need more devices than the profile has, no relaxation within it can
+    # fit: leave the time to the plan on that many devices.
+    for label, peak, proven in ([] if beyond or devices is None else
+                                _relaxations(spec, hw, space, profile, deadline)):
         if peak < least and peak <= usable:
             what = "leanest plan" if proven else "a plan of"
             hints.append(f"{label} ({what} {format_bytes(peak)}{', fits' if peak <= limit else ''})")
@@ -281,14 +283,18 @@ def infeasible_message(spec, hw, limit, space, result, args, deadline: float | N
     if devices is not None and devices > hw.device.count:
         msg += (f". Its model states alone ({spec.param_count / 1e9:.2f} B parameters) need at least {devices} "
                 f"devices to fit {format_bytes(min(limit, usable))} (fully sharded, nothing else counted)")
-        more = _leanest_on(spec, hw, space, devices, deadline)
+    if beyond and devices <= MAX_HINT_DEVICES:
+        per_node = profile.device.per_node
+        more = _leanest_on(spec, profile, space, devices, deadline)
         if more is not None:
             count, peak, proven = more
-            nodes = -(-count // hw.device.per_node)
-            msg += (f"; on {count} devices ({nodes} nodes of {hw.device.per_node}: a multi-node profile) the "
-                    f"{'leanest plan needs' if proven else 'leanest plan found needs'} {format_bytes(peak)}"
+            msg += (f"; on {count} devices ({-(-count // per_node)} nodes of {per_node}: a multi-node profile) "
+                    f"the {'leanest plan needs' if proven else 'leanest plan found needs'} {format_bytes(peak)}"
                     f"{', fits' if peak <= limit else ''}")
     return msg
+
+
+MAX_HINT_DEVICES = 65536                  # beyond: the count is said, no plan on that many is searched
 
 
 def states_floor_bytes(spec, hw, space, devices: int) -> float:
