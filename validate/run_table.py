@@ -25,6 +25,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
+MADE_PLANS = ("zero3", "mixed", "ddp")      # what validate/make_plans.py writes
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hw", default="hwprofiles/cpu-2core.yaml")
@@ -41,6 +44,10 @@ def main() -> int:
     seeds = [s.strip() for s in args.seeds.split(",")]
     if not all(s.isdigit() for s in seeds):
         raise UserError(f"expected comma-separated whole numbers >= 0, got {args.seeds!r}", field="--seeds")
+    unknown = [n for n in args.plans.split(",") if n not in MADE_PLANS]
+    if unknown:          # before make_plans.py rewrites validate/plans/, not after
+        raise UserError(f"plan file not found: {unknown[0]!r} is none of {', '.join(MADE_PLANS)} "
+                        "(validate/make_plans.py)", field="--plans")
     subprocess.run([sys.executable, str(HERE / "make_plans.py")], check=True, cwd=ROOT)
     c = Campaign(name="table", source=__file__, hardware=args.hw, device="cpu", records_dir=out,
                  backend="fsdp2", warmup=3, iters=10, threads=1, seed=0, timeout_s=300, runs=())
