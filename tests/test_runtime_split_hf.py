@@ -76,6 +76,12 @@ def test_split_model_loads_and_saves_the_unsplit_checkpoint(arch, tmp_path):
     assert _shapes(split.state_dict()) == _shapes(want_sd)
 
     loaded = safetensors_torch.load_file(str(tmp_path / "unsplit" / "model.safetensors"))
+    if arch == "MixtralForCausalLM":
+        # transformers 5.x writes Mixtral in the published per-expert format
+        # (block_sparse_moe.experts.{e}.w1 ...) and converts on load: read it through
+        # from_pretrained, then load that state_dict into the split model.
+        assert any("block_sparse_moe.experts.0.w1" in k for k in loaded)
+        loaded = getattr(transformers, arch).from_pretrained(tmp_path / "unsplit").state_dict()
     result = split.load_state_dict(loaded, strict=False)
     # Tied weights (GPT-2's lm_head) are saved once; nothing else may be missing.
     assert set(result.missing_keys) <= {"lm_head.weight"} and not result.unexpected_keys
