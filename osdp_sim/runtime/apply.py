@@ -210,9 +210,12 @@ def _check_runtime(model: nn.Module, plan: Plan, backend: str) -> None:
     if any(isinstance(m, FSDPModule) for m in model.modules()):
         raise UserError("the model is already sharded (apply_plan was applied to it); build a "
                         "fresh model", field="model")
-    if getattr(model, "is_gradient_checkpointing", False):
-        raise UserError("Hugging Face gradient checkpointing is on for every layer; call "
-                        "model.gradient_checkpointing_disable(): the plan checkpoints per block",
+    # transformers 5.x renamed is_gradient_checkpointing (deprecated) to is_activation_checkpointing.
+    flag = next((f for f in ("is_activation_checkpointing", "is_gradient_checkpointing")
+                 if hasattr(type(model), f)), None)
+    if flag and getattr(model, flag):
+        raise UserError("Hugging Face activation checkpointing is on for every layer; turn it off "
+                        "(model.gradient_checkpointing_disable()): the plan checkpoints per block",
                         field="checkpoint")
 
 
