@@ -16,8 +16,9 @@ tokenizers JSON file) or synthetic tokens (no --data). Every step draws one glob
 windows from a seeded generator, the same on every rank; rank r trains on its share, so the
 run's loss is the loss of single-process training on the global batch.
 
-Logs, on rank 0: the loss of each step (mean over ranks) and tokens/s; on every rank at the end:
-peak memory (CUDA: max_memory_allocated; CPU: the process's RSS high-water mark). --log-json
+Logs, on rank 0: the loss of each step (mean over ranks) and tokens/s; for every rank at the end:
+peak memory (CUDA: max_memory_allocated; CPU: the process's RSS high-water mark), and with
+--track-memory the peak of live tensors in step 2 (MemTracker), which `osdp-sim estimate` predicts. --log-json
 FILE writes the same as JSON lines. --save DIR writes a sharded checkpoint with
 torch.distributed.checkpoint (model state_dict keys as the unsplit HF model has them; the
 optimizer state under the parameters' names).
@@ -60,6 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="weights and data seed (default 0)")
     p.add_argument("--attn-implementation", default="sdpa", choices=("sdpa", "eager"),
                    help="transformers attention implementation (default sdpa)")
+    p.add_argument("--track-memory", action="store_true",
+                   help="run step 2 under torch's MemTracker and log each rank's peak of live "
+                        "tensors, the quantity `osdp-sim estimate` predicts (slows that step)")
     p.add_argument("--log-json", help="write one JSON line per step (rank 0) and per rank's memory")
     p.add_argument("--save", help="folder for a torch.distributed.checkpoint checkpoint")
     args = p.parse_args(argv)
@@ -148,10 +152,13 @@ def micro_batches(batch: torch.Tensor, rank: int, world: int, micro_batch: int, 
 
 # ---------------------------------------------------------------- training
 
-def train_step(model, opt, batch, *, rank, world, applied, device) -> torch.Tensor:
+def train_step(model, opt, batch, *, rank, world, applied, device,
+               before_micro_step=None) -> torch.Tensor:
     total = torch.zeros((), device=device)
     for m, ids in enumerate(micro_batches(batch, rank, world, applied.micro_batch,
                                           applied.grad_accum)):
+        if before_micro_step is not None:
+            before_micro_step()
         last = m == applied.grad_accum - 1
         if not applied.reduce_every_microbatch:
             model.set_requires_gradient_sync(last)
@@ -162,6 +169,21 @@ def train_step(model, opt, batch, *, rank, world, applied, device) -> torch.Tens
     opt.step()
     opt.zero_grad(set_to_none=True)
     return total / applied.grad_accum
+
+
+def tracked_step(model, opt, batch, device, **kw) -> tuple[torch.Tensor, int]:
+    """One step under MemTracker: (loss, peak bytes of live tensors on this rank's device)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    tracker = MemTracker()
+    tracker.track_external(model, opt)
+    with tracker:
+        # MemTracker refuses a second forward of a module unless its per-module stats are reset;
+        # the global peak survives the reset.
+        loss = train_step(model, opt, batch, device=device,
+                          before_micro_step=tracker.reset_mod_stats, **kw)
+    snap = tracker.get_tracker_snapshot("peak")
+    per_device = snap.get(device) or next(v for k, v in snap.items() if k.type == device.type)
+    return loss, int(per_device.get("Total", 0))
 
 
 def peak_memory(device) -> tuple[int | None, str]:
@@ -228,12 +250,17 @@ def run(args, rank: int, world: int, device: torch.device) -> int:
               f"{list(applied.checkpointed_blocks)}", flush=True)
         for note in applied.notes:
             print(f"note: {note}", flush=True)
+    tracked = None
     for step in range(args.steps):
         batch = batches.next()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        loss = train_step(model, opt, batch, rank=rank, world=world, applied=applied, device=device)
+        kw = dict(rank=rank, world=world, applied=applied)
+        if args.track_memory and step == min(1, args.steps - 1):
+            loss, tracked = tracked_step(model, opt, batch, device, **kw)
+        else:
+            loss = train_step(model, opt, batch, device=device, **kw)
         dist.all_reduce(loss)
         loss = loss.item() / world              # .item() waits for the step on GPU
         seconds = time.perf_counter() - start
@@ -247,13 +274,15 @@ def run(args, rank: int, world: int, device: torch.device) -> int:
                 log.flush()
     peak, what = peak_memory(device)
     peaks = [None] * world
-    dist.all_gather_object(peaks, peak)
+    dist.all_gather_object(peaks, (peak, tracked))
     if rank == 0:
-        for r, b in enumerate(peaks):
+        for r, (b, t) in enumerate(peaks):
             shown = f"{b / 2**20:.1f} MiB" if b is not None else "unknown"
-            print(f"rank {r}: peak memory {shown} ({what})", flush=True)
+            extra = f", live tensors {t / 2**20:.2f} MiB (MemTracker)" if t is not None else ""
+            print(f"rank {r}: peak memory {shown} ({what}){extra}", flush=True)
             if log:
-                log.write(json.dumps({"rank": r, "peak_memory_bytes": b, "memory": what}) + "\n")
+                log.write(json.dumps({"rank": r, "peak_memory_bytes": b, "memory": what,
+                                      "tracked_peak_bytes": t}) + "\n")
     if args.save:
         save_checkpoint(args.save, model, opt)
         if rank == 0:

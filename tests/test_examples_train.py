@@ -2,7 +2,7 @@
 file with splits, checkpointing, mixed strategies and gradient accumulation (reduced once per
 step), a local text file through the byte-level tokenizer. Its logged losses must match
 single-process training on the global batch (fp32), and its checkpoint must hold the unsplit
-model's state_dict keys."""
+model's state_dict keys. Step 2 runs under MemTracker (--track-memory) and must train the same."""
 
 import importlib.util
 import json
@@ -61,7 +61,7 @@ def test_torchrun_losses_match_single_process(setup):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            str(SCRIPT), "--config", str(tmp / "model" / "config.json"), "--plan",
            str(tmp / "plan.json"), "--data", str(tmp / "corpus.txt"), "--steps", str(STEPS),
-           "--log-json", str(tmp / "log.jsonl"), "--save", str(tmp / "ckpt")]
+           "--log-json", str(tmp / "log.jsonl"), "--save", str(tmp / "ckpt"), "--track-memory"]
     run = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "checkpointed blocks [0]" in run.stdout
@@ -69,6 +69,7 @@ def test_torchrun_losses_match_single_process(setup):
     losses = [r["loss"] for r in records if "step" in r]
     memory = [r for r in records if "rank" in r]
     assert [m["rank"] for m in memory] == [0, 1] and all(m["peak_memory_bytes"] > 0 for m in memory)
+    assert all(0 < m["tracked_peak_bytes"] < m["peak_memory_bytes"] for m in memory)
     assert all(r["tokens_per_s"] > 0 for r in records if "step" in r)
 
     # The reference: one process, the whole global batch (8 windows) per step, same draws.
