@@ -5,8 +5,9 @@ single-process training of the same model on the global batch (as osdp_sim/runti
 does for the built-in modules).
 
 Per case every rank records: the mean loss of each step, how many times each block's group
-modules ran forward in one training step (a checkpointed block recomputes: 2, else 1), and the
-state_dict keys and shapes of the sharded model. Importable by the spawned children because
+modules ran forward in one training step (a checkpointed block recomputes: 2, else 1), the
+state_dict keys and shapes of the sharded model, and the loss of a fresh model with the same plan
+after loading that state_dict (a resume). Importable by the spawned children because
 spawn passes sys.path (pytest puts tests/ on it).
 """
 
@@ -150,10 +151,25 @@ def _train(case: ModelCase, steps: int, rank: int, world: int) -> dict:
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / world)
-    shapes = {k: list(v.shape) for k, v in model.state_dict().items()}   # a collective (splits)
-    return {"losses": losses, "forward_counts": counts_step0, "state_dict_shapes": shapes,
-            "checkpointed_blocks": list(applied.checkpointed_blocks),
-            **parallelize.describe_sharding(model)}
+    sharding = parallelize.describe_sharding(model)
+    state = model.state_dict()                         # a collective: split slices are gathered
+    shapes = {k: list(v.shape) for k, v in state.items()}
+    out = {"losses": losses, "forward_counts": counts_step0, "state_dict_shapes": shapes,
+           "checkpointed_blocks": list(applied.checkpointed_blocks), **sharding}
+    if case.broken:
+        return out
+    # Resume: the state_dict loads into a fresh model with the same plan (split modules cut the
+    # full tensors and keep their own shards) and computes the same loss.
+    resumed = build(case.model)
+    torch.manual_seed(1)
+    for p in resumed.parameters():                     # other weights: the load must replace them
+        torch.nn.init.normal_(p)
+    resumed = apply_plan(resumed, case.plan, device=torch.device("cpu"), layout=layout).model
+    resumed.load_state_dict(state)
+    with torch.no_grad():
+        loss_trained = loss_of(case.model, model, ids, targets).item()
+        loss_resumed = loss_of(case.model, resumed, ids, targets).item()
+    return {**out, "loss_trained": loss_trained, "loss_resumed": loss_resumed}
 
 
 def run(rank: int, world: int, port: int, cases: list, steps: int, out_path: str,

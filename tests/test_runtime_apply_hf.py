@@ -98,6 +98,13 @@ def test_sharded_model_keeps_the_unsharded_state_dict(results, name):
     assert got["state_dict_shapes"] == eq.unsharded_state_dict_shapes(BY_NAME[name].model)
 
 
+@pytest.mark.parametrize("name", TRAINED)
+def test_state_dict_loads_into_a_fresh_sharded_model(results, name):
+    got = results[name]
+    assert got["loss_resumed"] == pytest.approx(got["loss_trained"], rel=1e-6)
+    assert got["loss_trained"] < got["losses"][0]          # trained weights, not the initial ones
+
+
 def test_splits_really_built(results):
     # llama: block0.attn 4 Linears (2 slices, 1 sharded), block0.mlp 3 (4 of 4), block1.mlp 3
     # (4, 3 sharded): 10 SplitLinears; units: 4 groups + root + 4*1 + 3*4 + 3*3.
