@@ -23,7 +23,10 @@ FILE writes the same as JSON lines. --save DIR writes a sharded checkpoint with
 torch.distributed.checkpoint (model state_dict keys as the unsplit HF model has them; the
 optimizer state under the parameters' names).
 
-Failure: a bad argument is a one-line error and exit status 2 on every rank. If a rank fails
+Run without torchrun it is one process (for plans of one device).
+
+Failure: a bad argument or a plan that does not fit the model or the launch is a one-line
+error and exit status 2 on every rank. If a rank fails
 later, torchrun's agent stops all the other ranks of the run (and exits non-zero), so no child
 process outlives a failure.
 """
@@ -201,19 +204,29 @@ def save_checkpoint(path: str, model, opt) -> None:
     dcp.save(state, checkpoint_id=path)
 
 
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    # Without torchrun: one process (plans for one device).
+    init = "env://" if "RANK" in os.environ else f"tcp://127.0.0.1:{_free_port()}"
+    kw = dict(init_method=init, rank=rank, world_size=world, timeout=timedelta(minutes=10))
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device, timeout=timedelta(minutes=10))
+        dist.init_process_group("nccl", device_id=device, **kw)
     else:
         device = torch.device("cpu")
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, world)))
-        dist.init_process_group("gloo", timeout=timedelta(minutes=10))
+        dist.init_process_group("gloo", **kw)
     try:
         return run(args, rank, world, device)
     except UserError as e:

@@ -105,6 +105,9 @@ def test_torchrun_losses_match_single_process(setup):
 @pytest.mark.parametrize("args, message", [
     (["--steps", "0"], "--steps must be positive, got 0"),
     (["--data", "/nonexistent.txt"], "--data: /nonexistent.txt does not exist"),
+    # After the process group is up (one process without torchrun): the plan is for 2.
+    ([], "devices: the plan is for 2 devices but 1 processes are running; launch 2"),
+    (["--seq-len", "64"], "--seq-len: 64 tokens per sequence > the model's 16 positions"),
 ])
 def test_bad_arguments_are_one_line_errors(setup, args, message):
     tmp = setup
@@ -123,3 +126,19 @@ def test_batches_split_the_global_batch_across_ranks_and_micro_steps():
     assert rows == list(range(8))
     synthetic = train.Batches(None, 256, 4, 16, seed=3)
     assert synthetic.next().shape == (4, 16)
+
+
+def test_weights_load_from_a_local_folder_and_non_causal_models_are_refused(setup, tmp_path):
+    train = _train_module()
+    config = train.load_config(str(setup / "model" / "config.json"))
+    saved = train.build_model(config, weights=None, attn="sdpa", seed=5)
+    saved.save_pretrained(tmp_path / "weights")
+    loaded = train.build_model(config, weights=str(tmp_path / "weights"), attn="sdpa", seed=0)
+    for key, value in saved.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    bert = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                   intermediate_size=64, vocab_size=64,
+                                   architectures=["BertForMaskedLM"])
+    from osdp_sim.errors import UserError
+    with pytest.raises(UserError, match="BertForMaskedLM is not a causal LM"):
+        train.build_model(bert, weights=None, attn="sdpa", seed=0)
