@@ -27,13 +27,13 @@ from osdp_sim.runtime import parallelize
 VOCAB, SEQ, HIDDEN, FFN, LAYERS = 256, 16, 64, 128, 2
 DATA_SEED = 4321
 # The group module whose forward calls are counted, per model.
-COUNTED = {"llama": ("self_attn", "mlp"), "mixtral": ("self_attn", "mlp"),
+COUNTED = {"llama": ("self_attn", "mlp"), "mixtral": ("self_attn", "mlp"), "gpt2": ("attn", "mlp"),
            "torchtitan": ("attention", "feed_forward")}
 
 
 @dataclass(frozen=True)
 class ModelCase:
-    """One training run. model: llama | mixtral | torchtitan. broken (negative control):
+    """One training run. model: llama | mixtral | gpt2 | torchtitan. broken (negative control):
     'size1_mesh' builds every unit on a mesh of size one per rank (docs/runtime.md's trap 2), so
     no gradient is ever synchronised."""
 
@@ -66,6 +66,11 @@ def build(model: str):
     common = dict(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
                   max_position_embeddings=SEQ, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    if model == "gpt2":          # Conv1D weights [in, out]; lm_head tied to wte; no dropout
+        return transformers.GPT2LMHeadModel._from_config(transformers.GPT2Config(
+            n_embd=HIDDEN, n_layer=LAYERS, n_head=4, vocab_size=VOCAB, n_positions=SEQ,
+            bos_token_id=1, eos_token_id=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+            attn_implementation="sdpa")
     if model == "llama":
         cls, cfg = transformers.LlamaForCausalLM, transformers.LlamaConfig(**common)
     else:
@@ -106,7 +111,9 @@ def unsharded_state_dict_shapes(model_kind: str) -> dict:
 
 
 def _blocks(model_kind: str, model):
-    return list(model.layers.values()) if model_kind == "torchtitan" else list(model.model.layers)
+    if model_kind == "torchtitan":
+        return list(model.layers.values())
+    return list(model.transformer.h) if model_kind == "gpt2" else list(model.model.layers)
 
 
 def _train(case: ModelCase, steps: int, rank: int, world: int) -> dict:

@@ -3,7 +3,8 @@ trains exactly like single-process training on the global batch, on 2 gloo ranks
 
 Models: a tiny Hugging Face LlamaForCausalLM and MixtralForCausalLM (transformers 5.x, fp32,
 attn_implementation="sdpa", Mixtral's experts fused 3-D parameters) recognised from their class,
-and a torchtitan-style Llama in plain torch run through its layout (tests/torchtitan_llama.py).
+a GPT2LMHeadModel (Conv1D weights stored [in, out], head tied to the embedding), and a
+torchtitan-style Llama in plain torch run through its layout (tests/torchtitan_llama.py).
 Each plan mixes ddp / zero2 / zero3, splits (Linear slices; Mixtral: expert slices) and
 checkpointing on some blocks. Checked per case: the losses of 3 steps, that the checkpointed
 blocks' groups ran forward twice in a step (the recompute) and the others once, and that the
@@ -38,10 +39,15 @@ TITAN_PLAN = eq.make_plan({"root": ZERO3, "block0.attn": GroupChoice("zero2", 4,
                            "block0.mlp": DDP, "block1.attn": GroupChoice("zero3", 2, 2),
                            "block1.mlp": GroupChoice("ddp", 2, 1)}, checkpoint=(True, True))
 
+GPT2_PLAN = eq.make_plan({"root": DDP, "block0.attn": GroupChoice("zero3", 4, 4),
+                          "block0.mlp": GroupChoice("zero2", 2, 1), "block1.mlp": ZERO2},
+                         checkpoint=(False, True))
+
 CASES = [
     eq.ModelCase("hf_llama", "llama", LLAMA_PLAN),
     eq.ModelCase("hf_mixtral", "mixtral", MIXTRAL_PLAN),
     eq.ModelCase("torchtitan_llama", "torchtitan", TITAN_PLAN),
+    eq.ModelCase("hf_gpt2", "gpt2", GPT2_PLAN),
     eq.ModelCase("hf_llama_bf16_hybrid", "llama",
                  eq.make_plan({"block0.mlp": GroupChoice("zero2", 2, 1)}, checkpoint=(False, True),
                               precision="bf16", shard_group=1)),
@@ -50,7 +56,7 @@ CASES = [
     eq.ModelCase("broken_hf_llama_size1_mesh", "llama", LLAMA_PLAN, broken="size1_mesh"),
 ]
 BY_NAME = {c.name: c for c in CASES}
-TRAINED = ["hf_llama", "hf_mixtral", "torchtitan_llama", "hf_llama_bf16_hybrid",
+TRAINED = ["hf_llama", "hf_mixtral", "torchtitan_llama", "hf_gpt2", "hf_llama_bf16_hybrid",
            "hf_llama_no_checkpoint"]
 
 
@@ -114,6 +120,7 @@ def test_splits_really_built(results):
     assert results["hf_mixtral"]["split_experts"] == 2
     assert results["hf_mixtral"]["fsdp_units"] == 5 + 1 + 4
     assert results["torchtitan_llama"]["split_linears"] == 4 + 4 + 3
+    assert results["hf_gpt2"]["split_linears"] == 2 + 2              # Conv1D c_attn, c_proj, c_fc, c_proj
     assert results["hf_llama_bf16_hybrid"]["param_elems_by_mesh"].keys() == {"2x1"}
 
 
