@@ -284,6 +284,11 @@ def apply_plan(model: nn.Module, plan: Plan, *, device: torch.device | None = No
     _check_plan_fits(model, plan, layout, len(blocks))
     _check_coverage(model, layout, blocks)
     _check_splits(plan, layout, blocks)
+    if backend == "fairscale":
+        from osdp_sim.runtime.modules import TransformerLM
+        if not isinstance(model, TransformerLM):
+            raise UserError("the fairscale backend runs only osdp-sim's built-in modules; use "
+                            "--backend fsdp2", field="backend")
     if device is None:
         device = next(model.parameters()).device
     checkpointed = tuple(i for i, on in enumerate(plan.checkpoint) if on)
@@ -294,10 +299,6 @@ def apply_plan(model: nn.Module, plan: Plan, *, device: torch.device | None = No
 
     if backend == "fairscale":
         from osdp_sim.runtime.fairscale_backend import apply_plan_fairscale
-        from osdp_sim.runtime.modules import TransformerLM
-        if not isinstance(model, TransformerLM):
-            raise UserError("the fairscale backend runs only osdp-sim's built-in modules; use "
-                            "--backend fsdp2", field="backend")
         wrapped = apply_plan_fairscale(model, plan, device=device)
         return _applied(wrapped, plan, layout, {}, checkpointed, notes)
 
