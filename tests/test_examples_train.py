@@ -2,7 +2,7 @@
 file with splits, checkpointing, mixed strategies and gradient accumulation (reduced once per
 step), a local text file through the byte-level tokenizer. Its logged losses must match
 single-process training on the global batch (fp32), and its checkpoint must hold the unsplit
-model's state_dict keys. Step 2 runs under MemTracker (--track-memory) and must train the same."""
+model's state_dict keys and the trained weights. Step 2 runs under MemTracker (--track-memory) and must train the same."""
 
 import importlib.util
 import json
@@ -100,6 +100,17 @@ def test_torchrun_losses_match_single_process(setup):
     assert model_keys == set(model.state_dict())
     shapes = {k[len("model."):]: tuple(v.size) for k, v in saved.items() if k.startswith("model.")}
     assert shapes == {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    # ...and it holds the trained weights: loaded into a plain (unsharded, unsplit) model in this
+    # process, they equal the reference's after the same steps (to 1e-4: AdamW's first steps
+    # move every weight by about lr = 1e-3 whatever its gradient, so rounding in a near-zero
+    # gradient shows at that scale; an untrained or wrong weight is off by 1e-3 to 1e-2).
+    import torch.distributed.checkpoint as dcp
+    fresh = train.build_model(config, weights=None, attn="sdpa", seed=9)
+    state = {"model": fresh.state_dict()}
+    dcp.load(state, checkpoint_id=str(tmp / "ckpt"))
+    trained = model.state_dict()
+    for key, value in state["model"].items():
+        torch.testing.assert_close(value, trained[key], rtol=1e-4, atol=1e-4, msg=lambda m, key=key: f"{key}: {m}")
 
 
 @pytest.mark.parametrize("args, message", [
