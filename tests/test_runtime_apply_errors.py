@@ -58,6 +58,15 @@ def test_a_model_without_a_layout():
     _refused(nn.Sequential(nn.Linear(4, 4)), _plan(), "layout: no built-in layout for Sequential")
 
 
+def test_a_subclass_of_a_known_class_uses_its_layout():
+    from osdp_sim.runtime.apply import resolve_layout
+
+    class MyLlama(transformers.LlamaForCausalLM):
+        pass
+
+    assert resolve_layout(MyLlama(_llama().config)).name == "LlamaForCausalLM"
+
+
 def test_block_count_mismatch():
     _refused(_llama(), _plan(n_layers=3), "model.n_layers: the plan is for 3 blocks, "
              "LlamaForCausalLM has 2 at model.layers")

@@ -22,7 +22,8 @@ from torch.distributed.fsdp import FSDPModule
 from torch.utils.checkpoint import checkpoint
 
 from osdp_sim.errors import UserError
-from osdp_sim.model.layout import ModelLayout, SplitTarget, builtin_layout, hf_layout
+from osdp_sim.model.layout import (HF_LAYOUTS, ModelLayout, SplitTarget, builtin_layout,
+                                   hf_layout)
 from osdp_sim.plan.plan import GroupChoice, Plan
 from osdp_sim.runtime import parallelize
 from osdp_sim.runtime.split_linear import split_experts, split_linear
@@ -97,7 +98,8 @@ class AppliedPlan:
 
 
 def resolve_layout(model: nn.Module, layout: ModelLayout | None = None) -> ModelLayout:
-    """The given layout, else the built-in one for the model's class."""
+    """The given layout, else the built-in one for the model's class (or the nearest base class
+    that has one: a subclass of LlamaForCausalLM is laid out as a Llama)."""
     if layout is not None:
         if not isinstance(layout, ModelLayout):
             raise UserError(f"expected a ModelLayout, got {type(layout).__name__}", field="layout")
@@ -105,7 +107,10 @@ def resolve_layout(model: nn.Module, layout: ModelLayout | None = None) -> Model
     from osdp_sim.runtime.modules import TransformerLM
     if isinstance(model, TransformerLM):
         return builtin_layout(model.config.family)
-    return hf_layout(type(model).__name__)
+    for cls in type(model).__mro__:
+        if cls.__name__ in HF_LAYOUTS:
+            return HF_LAYOUTS[cls.__name__]
+    return hf_layout(type(model).__name__)              # the error listing the known classes
 
 
 def blocks_of(model: nn.Module, layout: ModelLayout) -> list[tuple[str, nn.Module]]:
