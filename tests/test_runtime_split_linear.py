@@ -42,3 +42,32 @@ def test_slice_count_must_divide_input_features():
         SplitLinear(60, 10, 8)
     with pytest.raises(UserError, match="divides 60"):
         split_linear(torch.nn.Linear(60, 10), 8)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_state_dict_is_the_unsplit_linears(bias):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 24, bias=bias)
+    split = split_linear(lin, 4)
+    sd = split.state_dict()
+    assert list(sd) == list(lin.state_dict())
+    for key, value in lin.state_dict().items():
+        assert torch.equal(sd[key], value)
+    other = split_linear(torch.nn.Linear(64, 24, bias=bias), 4)
+    other.load_state_dict(lin.state_dict())
+    x = torch.randn(5, 64)
+    torch.testing.assert_close(other(x), lin(x))
+    with pytest.raises(RuntimeError, match="size mismatch for weight"):
+        other.load_state_dict({"weight": torch.zeros(24, 60), **({"bias": lin.bias} if bias else {})})
+
+
+def test_in_out_weights_as_gpt2_conv1d_stores_them():
+    torch.manual_seed(0)
+    conv = torch.nn.Module()
+    conv.weight = torch.nn.Parameter(torch.randn(64, 24))      # [in, out]: y = x @ W + b
+    conv.bias = torch.nn.Parameter(torch.randn(24))
+    split = split_linear(conv, 4, weight_layout="in_out")
+    x = torch.randn(3, 64)
+    torch.testing.assert_close(split(x), x @ conv.weight + conv.bias, rtol=1e-5, atol=1e-5)
+    assert split.state_dict()["weight"].shape == (64, 24)
+    assert torch.equal(split.state_dict()["weight"], conv.weight)

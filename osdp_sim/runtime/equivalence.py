@@ -164,8 +164,8 @@ def free_port() -> int:
 _CLEANUP_SIGNALS = (signal.SIGTERM, signal.SIGKILL)
 
 
-def run_spawned(cases: list[Case], world: int, steps: int, out_path: str, *, attempts: int = 2,
-                faults: tuple[str, ...] = ()) -> dict:
+def run_spawned(cases: list, world: int, steps: int, out_path: str, *, attempts: int = 2,
+                faults: tuple[str, ...] = (), target=None) -> dict:
     """Run `cases` on `world` gloo processes; returns rank 0's results. A rank killed by a signal
     (see the module docstring) costs one more attempt, up to `attempts`, unless rank 0 had already
     written the results. faults[i]: the fault injected into attempt i (tests only)."""
@@ -176,7 +176,7 @@ def run_spawned(cases: list[Case], world: int, steps: int, out_path: str, *, att
         if os.path.exists(out_path):
             os.remove(out_path)
         fault = faults[attempt - 1] if attempt <= len(faults) else ""
-        ctx = mp.start_processes(run_cases, args=(world, free_port(), cases, steps, out_path, fault),
+        ctx = mp.start_processes(target or run_cases, args=(world, free_port(), cases, steps, out_path, fault),
                                  nprocs=world, join=False, start_method="spawn")
         try:
             while not ctx.join():

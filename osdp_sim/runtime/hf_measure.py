@@ -1,4 +1,4 @@
-"""Measure a transformers model (found through its Layout, osdp_sim/model/layout.py) per operator
+"""Measure a transformers model (found through its ModelLayout, osdp_sim/model/layout.py) per operator
 group of the description: the bytes saved for backward (saved-tensor hooks, once per storage, as
 saved_tensors.py does for the built-in modules) and the forward FLOPs (torch.utils.flop_counter).
 
@@ -9,30 +9,28 @@ config.json description with what transformers' own implementation keeps (docs/m
 import torch
 from torch import nn
 
-from osdp_sim.model.layout import HF_LAYOUTS, Layout
+from osdp_sim.model.layout import HF_LAYOUTS, ModelLayout
 
 
-def group_scopes(model: nn.Module, layout: Layout | None = None) -> dict[nn.Module, str]:
+def group_scopes(model: nn.Module, layout: ModelLayout | None = None) -> dict[nn.Module, str]:
     """Module -> description group name ('embed', 'block{i}.attn', 'block{i}.mlp', 'head'),
     found through `layout` (default: the transformers layout of the model's class)."""
     if layout is None:
         name = type(model).__name__
         if name not in HF_LAYOUTS:
-            raise ValueError(f"no layout for {name}; give one (osdp_sim.model.layout.Layout)")
+            raise ValueError(f"no layout for {name}; give one (osdp_sim.model.layout.ModelLayout)")
         layout = HF_LAYOUTS[name]
     scopes: dict[nn.Module, str] = {}
-    for path in layout.embed:
-        scopes[model.get_submodule(path)] = "embed"
-    for path in layout.head:
-        scopes[model.get_submodule(path)] = "head"
+    for path in layout.root:
+        scopes[model.get_submodule(path)] = "embed" if path in layout.embed else "head"
     for i, block in enumerate(model.get_submodule(layout.blocks)):
         for kind in ("attn", "mlp"):
-            for path in getattr(layout, kind):
+            for path in layout.group(kind).modules:
                 scopes[block.get_submodule(path)] = f"block{i}.{kind}"
     return scopes
 
 
-def measure_hf(model: nn.Module, idx: torch.Tensor, layout: Layout | None = None) -> dict[str, dict[str, float]]:
+def measure_hf(model: nn.Module, idx: torch.Tensor, layout: ModelLayout | None = None) -> dict[str, dict[str, float]]:
     """{'saved_bytes': {group: bytes}, 'flops': {group: forward FLOPs}} of one forward with
     labels = idx (the loss included, charged to 'head', with everything outside the groups).
 

@@ -1,8 +1,7 @@
-"""Apply a sharding plan to a plain model (osdp_sim/runtime/modules.py) with FSDP2.
-
-The model knows nothing about sharding; this module wraps it from outside, group by group, in the
-order FSDP2 needs (children before parents, checkpointing before fully_shard). docs/runtime.md
-explains how each plan feature maps onto FSDP2 and what FSDP2 then does at run time.
+"""How each plan feature maps onto FSDP2: meshes, mixed precision, one operator group's units,
+the root. osdp_sim/runtime/apply.py resolves a model's layout and calls these in the order FSDP2
+needs (children before parents, checkpointing before fully_shard); the model knows nothing about
+sharding. docs/runtime.md explains what FSDP2 then does at run time.
 """
 
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from osdp_sim.errors import UserError
 from osdp_sim.plan.plan import GroupChoice, Plan
-from osdp_sim.runtime.split_linear import SplitLinear, split_linear
+from osdp_sim.runtime.split_linear import SplitExperts, SplitLinear, split_linear
 
 BACKENDS = ("fsdp2", "fairscale")
 DEFAULT_LR = 1e-3
@@ -57,30 +56,6 @@ def build_meshes(plan: Plan, device: torch.device) -> Meshes:
     return Meshes(shard=shard, replicate=_mesh(device.type, (world, 1)))
 
 
-def _check(model: nn.Module, plan: Plan, backend: str) -> None:
-    if backend not in BACKENDS:
-        raise UserError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}",
-                        field="backend")
-    if not dist.is_initialized():
-        raise RuntimeError("apply_plan needs torch.distributed initialised (one process per rank)")
-    if dist.get_world_size() != plan.devices:
-        raise UserError(f"the plan is for {plan.devices} devices but {dist.get_world_size()} "
-                        f"processes are running; launch {plan.devices}", field="devices")
-    n_blocks = len(model.blocks)
-    expected = {"root"} | {f"block{i}.{g}" for i in range(n_blocks) for g in ("attn", "mlp")}
-    if set(plan.choices) != expected:
-        missing = sorted(expected - set(plan.choices))
-        extra = sorted(set(plan.choices) - expected)
-        raise UserError(f"plan groups do not match the model (missing {missing}, unknown {extra})",
-                        field="groups")
-    if len(plan.checkpoint) != n_blocks:
-        raise UserError(f"checkpoint lists {len(plan.checkpoint)} blocks, the model has {n_blocks}",
-                        field="checkpoint")
-    if plan.choices["root"].is_split:
-        raise UserError("the root (embedding and head) cannot be split; give it slices 1",
-                        field="groups.root")
-
-
 def mixed_precision(plan: Plan) -> MixedPrecisionPolicy:
     """bf16: bf16 parameters in compute, fp32 gradient reduction, fp32 sharded master weights."""
     if plan.precision == "bf16":
@@ -89,7 +64,8 @@ def mixed_precision(plan: Plan) -> MixedPrecisionPolicy:
 
 
 def split_group(group: nn.Module, slices: int) -> list[SplitLinear]:
-    """Replace every nn.Linear of `group` by an equivalent SplitLinear; returns them in order."""
+    """Replace every nn.Linear of `group` by an equivalent SplitLinear; returns them in order
+    (the FairScale backend's splitting of the built-in modules)."""
     out = []
     for name, module in list(group.named_modules()):
         if type(module) is nn.Linear:
@@ -100,31 +76,37 @@ def split_group(group: nn.Module, slices: int) -> list[SplitLinear]:
     return out
 
 
-def _shard_group(group: nn.Module, choice: GroupChoice, meshes: Meshes,
-                 mp: MixedPrecisionPolicy) -> None:
-    if choice.is_split:
-        linears = split_group(group, choice.slices)
-        # Every sharded slice of every Linear is its own ZeRO-3 unit (OSDP splits operators): it is
-        # gathered just before it runs and freed after, so one slice (plus the prefetched next) is
-        # materialised at a time. Grouping slice s of all Linears into one unit instead would keep
-        # all j units gathered from the group's first Linear to its last.
-        for lin in linears:
-            for s in range(choice.sharded_slices):
-                fully_shard(lin.slices[s], mesh=meshes.shard, reshard_after_forward=True, mp_policy=mp)
+def _unit(modules: list[nn.Module]) -> nn.Module | list[nn.Module]:
+    """One FSDP2 unit over a group's modules: the module itself, or a list (one unit gathered
+    when the first of them runs, freed after the last)."""
+    return modules[0] if len(modules) == 1 else modules
+
+
+def shard_group(modules: list[nn.Module], splits: list[nn.Module], choice: GroupChoice,
+                meshes: Meshes, mp: MixedPrecisionPolicy) -> None:
+    """fully_shard one operator group: first the sharded slices of its split modules (`splits`,
+    SplitLinear / SplitExperts already in place), then the group's modules as one unit."""
+    # Every sharded slice of every split module is its own ZeRO-3 unit (OSDP splits operators): it
+    # is gathered just before it runs and freed after, so one slice (plus the prefetched next) is
+    # materialised at a time. Grouping slice s of all Linears into one unit instead would keep
+    # all j units gathered from the group's first Linear to its last.
+    for split in splits:
+        for s in range(choice.sharded_slices):
+            fully_shard(split.slices[s], mesh=meshes.shard, reshard_after_forward=True, mp_policy=mp)
     strategy = choice.replicated_strategy
     if strategy == "ddp":
         # With a shard group of one FSDP2 still computes from a separate unsharded copy (a local
         # copy, no communication). Freeing it after forward keeps one copy per live unit, as for
         # ZeRO-3; keeping it (False) would hold every ddp parameter twice from forward to
         # backward (gpt2-tiny, 2 ranks, MemTracker peak parameters: 28.3 MiB vs 40.4; DDP 20.2).
-        fully_shard(group, mesh=meshes.replicate, reshard_after_forward=True, mp_policy=mp)
+        fully_shard(_unit(modules), mesh=meshes.replicate, reshard_after_forward=True, mp_policy=mp)
     else:
-        fully_shard(group, mesh=meshes.shard, reshard_after_forward=strategy == "zero3",
+        fully_shard(_unit(modules), mesh=meshes.shard, reshard_after_forward=strategy == "zero3",
                     mp_policy=mp)
 
 
-def _shard_root(model: nn.Module, choice: GroupChoice, meshes: Meshes,
-                mp: MixedPrecisionPolicy) -> None:
+def shard_root(model: nn.Module, choice: GroupChoice, meshes: Meshes,
+               mp: MixedPrecisionPolicy) -> None:
     # reshard_after_forward=None (not True): FSDP2's default for the root keeps its parameters
     # gathered from forward into backward, since backward starts with the head and would gather
     # them again straight away. So root zero3 and zero2 run the same way; an explicit True would
@@ -136,24 +118,13 @@ def _shard_root(model: nn.Module, choice: GroupChoice, meshes: Meshes,
 
 def apply_plan(model: nn.Module, plan: Plan, *, backend: str = "fsdp2",
                device: torch.device) -> nn.Module:
-    """Shard `model` in place as `plan` says; returns it. torch.distributed must be initialised
-    with plan.devices processes; `device` is this rank's device (torch.device('cpu') on gloo)."""
-    _check(model, plan, backend)
-    if backend == "fairscale":
-        from osdp_sim.runtime.fairscale_backend import apply_plan_fairscale
-        return apply_plan_fairscale(model, plan, device=device)
-    model.to(device)
-    meshes = build_meshes(plan, device)
-    mp = mixed_precision(plan)
-    for i, block in enumerate(model.blocks):
-        # Checkpointing wraps the block's forward; FSDP2's hooks then run again in the recompute.
-        block.checkpointed = bool(plan.checkpoint[i])
-        for kind in ("attn", "mlp"):
-            _shard_group(getattr(block, kind), plan.choices[f"block{i}.{kind}"], meshes, mp)
-    # Last, the root: covers the embedding, the head and anything not in a group (parameters
-    # outside every fully_shard would silently never synchronise).
-    _shard_root(model, plan.choices["root"], meshes, mp)
-    return model
+    """Shard `model` in place as `plan` says; returns the module to train (FSDP2: `model`
+    itself; FairScale: its root wrapper). The built-in modules' entry point, kept for
+    compatibility: osdp_sim.runtime.apply_plan does the work (any model with a layout) and
+    returns an AppliedPlan. torch.distributed must be initialised with plan.devices processes;
+    `device` is this rank's device (torch.device('cpu') on gloo)."""
+    from osdp_sim.runtime.apply import apply_plan as apply_with_layout
+    return apply_with_layout(model, plan, backend=backend, device=device).model
 
 
 def describe_sharding(model: nn.Module) -> dict:
@@ -168,7 +139,9 @@ def describe_sharding(model: nn.Module) -> dict:
         by_mesh[key] = by_mesh.get(key, 0) + p.numel()
     states = {id(fully_shard.state(m)) for m in model.modules() if isinstance(m, FSDPModule)}
     splits = sum(isinstance(m, SplitLinear) for m in model.modules())
-    return {"param_elems_by_mesh": by_mesh, "fsdp_units": len(states), "split_linears": splits}
+    experts = sum(isinstance(m, SplitExperts) for m in model.modules())
+    return {"param_elems_by_mesh": by_mesh, "fsdp_units": len(states), "split_linears": splits,
+            "split_experts": experts}
 
 
 def make_optimizer(model: nn.Module, plan: Plan, *, lr: float = DEFAULT_LR) -> torch.optim.Optimizer:
