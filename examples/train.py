@@ -228,7 +228,9 @@ def main(argv=None) -> int:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, world)))
         dist.init_process_group("gloo", **kw)
     try:
-        return run(args, rank, world, device)
+        code = run(args, rank, world, device)
+        dist.barrier()           # no rank tears its gloo connections down while a peer still sends
+        return code
     except UserError as e:
         print(f"train.py: error: {e}", file=sys.stderr, flush=True)
         return 2

@@ -63,6 +63,10 @@ def test_torchrun_losses_match_single_process(setup):
            str(tmp / "plan.json"), "--data", str(tmp / "corpus.txt"), "--steps", str(STEPS),
            "--log-json", str(tmp / "log.jsonl"), "--save", str(tmp / "ckpt"), "--track-memory"]
     run = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
+    if run.returncode != 0 and "exitcode: -6" in run.stderr:
+        # gloo's TCP transport can abort a rank outright (std::terminate, SIGABRT) when a
+        # connection drops; as runtime/equivalence.py does, one fresh start, never more.
+        run = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "checkpointed blocks [0]" in run.stdout
     records = [json.loads(line) for line in (tmp / "log.jsonl").read_text().splitlines()]

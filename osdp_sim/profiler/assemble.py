@@ -4,7 +4,7 @@ import math
 
 from osdp_sim.hardware.profile import (CollectiveSpec, CollectiveTable, ComputeSpec, DeviceSpec,
                                        HardwareProfile, LinkSpec, MemorySpec)
-from osdp_sim.profiler.collectives import CollectivePoint, fit_alpha_beta
+from osdp_sim.profiler.collectives import CollectivePoint, busbw_factor, fit_alpha_beta
 from osdp_sim.profiler.gemm import best_rate, efficiency_curve
 from osdp_sim.profiler.measurements import Measurements
 
@@ -20,6 +20,16 @@ def sig(x: float, digits: int = 4) -> float:
     return round(x, digits - 1 - int(math.floor(math.log10(abs(x)))))
 
 
+def monotone_seconds(seconds: list[float]) -> list[float]:
+    """Times over increasing message sizes made non-decreasing: a smaller message cannot take
+    longer than a larger one, so where it was measured so (a scheduling hiccup inflates a short
+    call; the loader refuses such a table) it gets the larger one's time."""
+    out = list(seconds)
+    for i in range(len(out) - 2, -1, -1):
+        out[i] = min(out[i], out[i + 1])
+    return out
+
+
 def _tables(points: tuple[CollectivePoint, ...]) -> tuple[CollectiveTable, ...]:
     keyed: dict[tuple, list[CollectivePoint]] = {}
     for p in points:
@@ -27,9 +37,11 @@ def _tables(points: tuple[CollectivePoint, ...]) -> tuple[CollectiveTable, ...]:
     tables = []
     for (op, g, scope), ps in sorted(keyed.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         ps = sorted(ps, key=lambda p: p.size_bytes)
+        seconds = monotone_seconds([p.seconds for p in ps])
+        busbw = [busbw_factor(op, g) * p.size_bytes / s for p, s in zip(ps, seconds)]
         tables.append(CollectiveTable(op=op, group_size=g, scope=scope,
                                       sizes_bytes=tuple(p.size_bytes for p in ps),
-                                      busbw_bytes_per_s=tuple(sig(p.busbw_bytes_per_s) for p in ps)))
+                                      busbw_bytes_per_s=tuple(sig(b) for b in busbw)))
     return tuple(tables)
 
 
@@ -38,6 +50,14 @@ def _table_spreads(points: tuple[CollectivePoint, ...]) -> dict:
     out: dict[str, list[float]] = {}
     for p in sorted(points, key=lambda p: (p.op, p.group_size, p.size_bytes)):
         out.setdefault(f"{p.op}/{p.group_size}", []).append(sig(p.spread, 2))
+    return out
+
+
+def _raw_busbw(points: tuple[CollectivePoint, ...]) -> dict:
+    """'op/group_size' -> busbw (GB/s) of the raw median times, in message-size order."""
+    out: dict[str, list[float]] = {}
+    for p in sorted(points, key=lambda p: (p.op, p.group_size, p.size_bytes)):
+        out.setdefault(f"{p.op}/{p.group_size}", []).append(sig(p.busbw_bytes_per_s / 1e9))
     return out
 
 
@@ -110,7 +130,11 @@ def build_profile(m: Measurements, *, name: str, dtypes: tuple[str, ...], nomina
             "intra_fit": intra_prov, **({"inter_fit": inter_prov} if inter_prov else {}),
             "fit_method": "t = latency + factor * S / busbw, least squares in relative error over all "
                           "ops and group sizes of the scope",
-            "spread_per_table": _table_spreads(m.collectives)},
+            "spread_per_table": _table_spreads(m.collectives),
+            "table_times": "each table's median times made non-decreasing in message size (a smaller "
+                           "message is given a larger one's time where it measured slower); the raw "
+                           "medians' busbw is raw_busbw_gbps_per_table",
+            "raw_busbw_gbps_per_table": _raw_busbw(m.collectives)},
         "overlap": {"gemm": f"{ov.gemm_calls} x {ov.gemm_dim}^3 {ov.gemm_dtype}",
                     "all_reduce_bytes": ov.message_bytes, "group_size": ov.group_size,
                     "compute_alone_ms": sig(ov.compute_alone_s * 1e3),
