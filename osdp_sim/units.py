@@ -33,8 +33,10 @@ def parse_bytes(text: str | int | float, *, field: str = "size", source: str | N
         raise UserError(f"unknown size unit {unit!r} in {text!r}; use B, KiB, MiB, GiB, KB, MB or GB",
                         source=source, field=field)
     out = value * _BYTE_UNITS[unit]
-    if not math.isfinite(out) or out <= 0:
-        raise UserError(f"size must be positive, got {text!r}", source=source, field=field)
+    if not math.isfinite(out):
+        raise UserError(f"size must be a finite number, got {text!r}", source=source, field=field)
+    if out < 1:                          # 0.5B would round to nothing
+        raise UserError(f"size must be at least one byte, got {text!r}", source=source, field=field)
     return int(round(out))
 
 

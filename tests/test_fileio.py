@@ -136,3 +136,23 @@ def test_an_endless_or_huge_file_is_refused_not_read_into_memory():
     from osdp_sim.fileio import read_text
     with pytest.raises(UserError, match=r"^/dev/zero: larger than 64 MiB; not a plan file"):
         read_text("/dev/zero", "plan")
+
+
+def test_sizes_that_are_not_finite_or_under_a_byte_are_named():
+    from osdp_sim.units import parse_bytes
+    with pytest.raises(UserError, match=r"--mem-limit: size must be a finite number, got '1e400GiB'"):
+        parse_bytes("1e400GiB", field="--mem-limit")
+    with pytest.raises(UserError, match=r"--mem-limit: size must be at least one byte, got '0.5B'"):
+        parse_bytes("0.5B", field="--mem-limit")
+    assert parse_bytes("1.5KiB") == 1536
+
+
+def test_calibrate_reads_an_existing_report_before_the_fit(tmp_path, capsys):
+    from osdp_sim.cli.main import main
+    report = tmp_path / "report.md"
+    report.write_bytes(b"caf\xe9\n")
+    rc = main(["calibrate", "--hw", "cpu-2core", "--records", "validate/records/cpu/n2",
+               "-o", str(tmp_path / "fitted.yaml"), "--report", str(report), "--time-limit", "600"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "report.md: not UTF-8 text (byte 0xe9 at offset 3)" in err
+    assert not (tmp_path / "fitted.yaml").exists()           # stopped before the fit, not after it

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from osdp_sim.cli.common import check_seconds, positive_int
-from osdp_sim.fileio import check_writable, write_text_atomic
+from osdp_sim.fileio import check_writable, read_text, write_text_atomic
 
 # 32 CPU records with leave-one-out take 3-5 minutes on 2 cores (validate/records/cpu/n2)
 DEFAULT_TIME_LIMIT_S = 1800.0
@@ -62,6 +62,7 @@ def run(args) -> int:
     for path, flag in ((args.output, "-o"), (args.report, "--report"), (args.plot, "--plot")):
         if path:
             check_writable(path, flag)       # before the fit, not after minutes of it
+    kept_head = report_head(Path(args.report)) if args.report else ""
     profile = load_profile(args.hw)
     limits = [parse_bytes(s, field="--mem-limit") for s in args.mem_limit]
     params = select_params(profile, args.params, args.free)
@@ -88,7 +89,7 @@ def run(args) -> int:
         write_plot(cal, args.plot)
     text = render(cal, plot_path=args.plot, report_path=args.report, output_path=out)
     if args.report:
-        write_report(Path(args.report), text)
+        write_text_atomic(Path(args.report), kept_head + text)
     _summary(cal, out, args)
     if cal.stopped:
         for why in cal.stopped:
@@ -102,13 +103,17 @@ def run(args) -> int:
 KEEP_MARKER = "<!-- osdp-sim calibrate writes the report below this line; edit only above it -->"
 
 
+def report_head(path: Path) -> str:
+    """What the regenerated report keeps of an existing one: everything down to KEEP_MARKER (read
+    before the fit, so an unreadable file is a one-line error then, not after it)."""
+    if not path.exists():
+        return ""
+    old = read_text(path, "report")
+    return old.split(KEEP_MARKER, 1)[0] + KEEP_MARKER + "\n\n" if KEEP_MARKER in old else ""
+
+
 def write_report(path: Path, text: str) -> None:
-    head = ""
-    if path.exists():
-        old = path.read_text()
-        if KEEP_MARKER in old:
-            head = old.split(KEEP_MARKER, 1)[0] + KEEP_MARKER + "\n\n"
-    write_text_atomic(path, head + text)
+    write_text_atomic(path, report_head(path) + text)
 
 
 def _summary(cal, out: Path, args) -> None:
