@@ -14,8 +14,8 @@ from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import build_spec
-from osdp_sim.search.bnb import pareto_front
-from osdp_sim.search.space import SearchSpace
+from osdp_sim.planner.bnb import pareto_front
+from osdp_sim.planner.space import SearchSpace
 
 
 def main():

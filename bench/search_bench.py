@@ -14,9 +14,9 @@ from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.config import ModelConfig
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import build_spec
-from osdp_sim.search.bnb import search
-from osdp_sim.search.knapsack import osdp_knapsack
-from osdp_sim.search.space import SearchSpace, group_choices
+from osdp_sim.planner.bnb import search
+from osdp_sim.planner.knapsack import osdp_knapsack
+from osdp_sim.planner.space import SearchSpace, group_choices
 
 GiB = 2**30
 SYNTHETIC_GAP = 1e-4       # the synthetic once more with this gap tolerance (search --gap 0.01)

@@ -19,10 +19,10 @@ from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import build_spec
-from osdp_sim.search.bnb import _limit_q
-from osdp_sim.search.dp import Engine
-from osdp_sim.search.problem import build_problem
-from osdp_sim.search.space import SearchSpace, group_choices
+from osdp_sim.planner.bnb import _limit_q
+from osdp_sim.planner.dp import Engine
+from osdp_sim.planner.problem import build_problem
+from osdp_sim.planner.space import SearchSpace, group_choices
 
 INCUMBENT_SPS = 23.82
 

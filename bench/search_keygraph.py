@@ -1,4 +1,4 @@
-"""The key graph of one search configuration (osdp_sim/search/keygraph.py): its size and cost, the
+"""The key graph of one search configuration (osdp_sim/planner/keygraph.py): its size and cost, the
 configuration bound with and without it, and optionally the exact search on it. Reproduces the
 figures docs/search.md and docs/benchmarks.md quote for the key graph.
 
@@ -13,14 +13,14 @@ import argparse
 import sys
 import time
 
-import osdp_sim.search.keygraph as keygraph
+import osdp_sim.planner.keygraph as keygraph
 from osdp_sim.cli.common import positive_float, positive_int, run_script
 from osdp_sim.costmodel.fast import TIME_Q
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model
-from osdp_sim.search.bnb import BEAM, REFINE_DEPTH, _configs, _limit_q
-from osdp_sim.search.dp import Engine
-from osdp_sim.search.space import SearchSpace
+from osdp_sim.planner.bnb import BEAM, REFINE_DEPTH, _configs, _limit_q
+from osdp_sim.planner.dp import Engine
+from osdp_sim.planner.space import SearchSpace
 
 
 def main():

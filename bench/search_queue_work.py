@@ -1,12 +1,12 @@
 """Does a stage's time depend on the queued communication only through its total work? The
-evidence behind the merged key graph (search/merged.py, docs/search.md "The merged key graph"),
+evidence behind the merged key graph (planner/merged.py, docs/search.md "The merged key graph"),
 which merges keys by (pending step, total queued work rounded down) for the time part of the bound.
 
 For random partial plans of one configuration it replaces the key's queue by one started item of
 the same total work (or of a random smaller one), completes both keys with the same random
 decisions, and compares the total schedule time; then it counts how many keys of the
 configuration's key graph remain when keys are merged that way, for a few rounding grids. With
---abstract-graph it builds that merged graph (search/merged.py: keys of pending step and total
+--abstract-graph it builds that merged graph (planner/merged.py: keys of pending step and total
 queued work rounded down; memory known only through the sums of resident + kept bytes S, the one
 part of a label that does not depend on the queue) and prints its bound at the start, against
 the incumbent and the real-key graph's.
@@ -22,15 +22,15 @@ import time
 
 import numpy as np
 
-import osdp_sim.search.keygraph as keygraph
+import osdp_sim.planner.keygraph as keygraph
 from osdp_sim.cli.common import float_list, positive_float, positive_int, run_script
 from osdp_sim.costmodel.fast import TIME_Q
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model
-from osdp_sim.search.bnb import _configs, _limit_q
-from osdp_sim.search.dp import Engine
-from osdp_sim.search.merged import MergedView
-from osdp_sim.search.space import SearchSpace
+from osdp_sim.planner.bnb import _configs, _limit_q
+from osdp_sim.planner.dp import Engine
+from osdp_sim.planner.merged import MergedView
+from osdp_sim.planner.space import SearchSpace
 
 
 def compare_paths(eng: Engine, rng: random.Random, trials: int, smaller: bool) -> str:

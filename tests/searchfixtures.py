@@ -11,7 +11,7 @@ from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import ModelSpec, build_spec
 from osdp_sim.plan.plan import GroupChoice, Plan
-from osdp_sim.search.space import SearchSpace, devices_of, grad_accum_of, group_choices, shard_groups_of
+from osdp_sim.planner.space import SearchSpace, devices_of, grad_accum_of, group_choices, shard_groups_of
 
 
 def tiny_config(rng: random.Random, layers: int):

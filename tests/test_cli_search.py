@@ -103,7 +103,7 @@ def test_unknown_model_is_one_line_exit_2(capsys):
 def test_graph_caps_reach_the_search(capsys, monkeypatch):
     # with the probe off every configuration goes to the key graph; a cap of one key per level
     # abandons each graph, and the search still proves the optimum with the relaxed bounds
-    import osdp_sim.search.bnb as bnb
+    import osdp_sim.planner.bnb as bnb
     monkeypatch.setattr(bnb, "PROBE_NODES", 0)
     argv = TINY[:-2] + ["--micro-batch", "2", "--mem-limit", "1GiB", "--json"]
     rc, out, err = run(argv + ["--graph-max-keys", "1"], capsys)

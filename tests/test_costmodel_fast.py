@@ -77,7 +77,7 @@ def test_real_profile_and_model():
 
 
 def test_run_compute_time_depends_on_the_queue_only_through_its_total_work():
-    """What the merged key graph (search/merged.py) rests on: the time until the next compute task
+    """What the merged key graph (planner/merged.py) rests on: the time until the next compute task
     and the work left queued are the same for a queue and for one item of its total work, and
     never larger for less work (docs/search.md, "The merged key graph")."""
     rng = random.Random(5)

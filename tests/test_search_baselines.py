@@ -6,8 +6,8 @@ from hwfixtures import GiB, simple_hw
 from osdp_sim.costmodel import estimate
 from osdp_sim.model.load import load_model
 from osdp_sim.plan import uniform_plan
-from osdp_sim.search.baselines import uniform_baselines, uniform_candidates
-from osdp_sim.search.space import SearchSpace
+from osdp_sim.planner.baselines import uniform_baselines, uniform_candidates
+from osdp_sim.planner.space import SearchSpace
 
 SPEC = load_model("gpt2-tiny")
 HW = simple_hw(count=4, per_node=4, busbw_gbps=5.0, latency_s=20e-6, launch_s=5e-6)

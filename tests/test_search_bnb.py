@@ -16,9 +16,9 @@ from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import build_spec
 from osdp_sim.plan.plan import STRATEGIES
-from osdp_sim.search import bnb
-from osdp_sim.search.bnb import pareto_front, search
-from osdp_sim.search.space import SearchSpace, group_choices
+from osdp_sim.planner import bnb
+from osdp_sim.planner.bnb import pareto_front, search
+from osdp_sim.planner.space import SearchSpace, group_choices
 
 N_INSTANCES = 200
 
@@ -56,8 +56,8 @@ def _same_plan(a, b):
 def _merged_graphs_only(monkeypatch, grid_fraction):
     """Every key graph over real keys is 'too large', so the search builds it over merged keys
     (merged.py), here rounding the queued work to grid_fraction of a decision's mean time."""
-    import osdp_sim.search.dp as dp
-    import osdp_sim.search.merged as merged
+    import osdp_sim.planner.dp as dp
+    import osdp_sim.planner.merged as merged
     real = dp.KeyGraph
 
     def graph(engine, *a, **k):

@@ -13,12 +13,12 @@ from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import build_spec
-from osdp_sim.search.dp import Engine
-import osdp_sim.search.merged as merged
-from osdp_sim.search.keygraph import GraphCaps, KeyGraph, TooLarge, lambda_grid
-from osdp_sim.search.merged import MergedView, grid_for
-from osdp_sim.search.problem import build_problem
-from osdp_sim.search.space import SearchSpace, group_choices
+from osdp_sim.planner.dp import Engine
+import osdp_sim.planner.merged as merged
+from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, TooLarge, lambda_grid
+from osdp_sim.planner.merged import MergedView, grid_for
+from osdp_sim.planner.problem import build_problem
+from osdp_sim.planner.space import SearchSpace, group_choices
 
 CHOICES = group_choices(SearchSpace())
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from osdp_sim.search.dp import pareto_by_key
+from osdp_sim.planner.dp import pareto_by_key
 
 
 def _sorted_instance(rng, n, ncol, nkeys, span):

@@ -10,7 +10,7 @@ from hwfixtures import GiB, simple_hw
 from osdp_sim.costmodel import estimate
 from osdp_sim.model.load import load_model
 from osdp_sim.plan import GroupChoice
-from osdp_sim.search.knapsack import (MiB, BlockChoice, Setting, full_block_choices, item_costs,
+from osdp_sim.planner.knapsack import (MiB, BlockChoice, Setting, full_block_choices, item_costs,
                                       knapsack_dp, knapsack_search, make_plan, paper_block_choices)
 
 

@@ -1,4 +1,4 @@
-"""The search is bounded: micro-batches by a proven bound (search/mbbound.py), every command by
+"""The search is bounded: micro-batches by a proven bound (planner/mbbound.py), every command by
 its time limit (search, baselines, knapsack DP, least-peak diagnosis, pareto), memory limits by
 the device, and bad or extreme inputs are a one-line error or a clean answer."""
 
@@ -17,10 +17,10 @@ from osdp_sim.costmodel.fast import Config
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model
 from osdp_sim.model.spec import build_spec
-from osdp_sim.search.bnb import DEFAULT_TIME_LIMIT_S, _limit_q, search
-from osdp_sim.search.mbbound import floors, micro_batch_bounds
-from osdp_sim.search.problem import build_problem
-from osdp_sim.search.space import SearchSpace, group_choices
+from osdp_sim.planner.bnb import DEFAULT_TIME_LIMIT_S, _limit_q, search
+from osdp_sim.planner.mbbound import floors, micro_batch_bounds
+from osdp_sim.planner.problem import build_problem
+from osdp_sim.planner.space import SearchSpace, group_choices
 
 # Generous: the suite runs in parallel with other work on 2 cores.
 SLACK_S = 10.0
@@ -182,7 +182,7 @@ def test_more_devices_hint_uses_their_own_shard_groups(capsys):
     spec, prof = load_model("gpt2-tiny"), load_profile("titan8")
     space = SearchSpace(splits=(1,), micro_batches=(1,), devices=6)
     (label, peak, proven), = [r for r in _relaxations(spec, prof.with_devices(6), space, prof) if "--gpus 8" in r[0]]
-    from osdp_sim.search.bnb import min_peak
+    from osdp_sim.planner.bnb import min_peak
     full = min_peak(spec, prof, SearchSpace(splits=(1,), micro_batches=(1,)))
     assert proven and peak == full.peak_bytes
 
@@ -204,7 +204,7 @@ def test_pareto_keeps_its_time_limit_on_a_hard_instance(capsys, tmp_path):
 
 def test_gpu_count_hint_is_the_least_peak_on_that_many_devices(capsys):
     # was: "(--gpus 8) (leanest plan about 33.21 MiB)": the 4-device run's shard group on 8 devices
-    from osdp_sim.search.bnb import min_peak
+    from osdp_sim.planner.bnb import min_peak
     from osdp_sim.units import format_bytes
     rc, _out, err, _ = run(["search", "--hw", "titan8", "--model", "gpt2-tiny", "--gpus", "4", "--mem-limit", "20MiB",
                             "--no-split", "--micro-batch", "1", "--time-limit", "10"], capsys)
@@ -218,9 +218,9 @@ def test_python_front_and_diagnosis_functions_have_finite_default_limits():
     # Like search(): a Python caller who passes nothing gets a bounded call (None: unbounded).
     import inspect
 
-    from osdp_sim.search.bnb import (DEFAULT_PARETO_TIME_LIMIT_S, DEFAULT_TIME_LIMIT_S, min_peak,
+    from osdp_sim.planner.bnb import (DEFAULT_PARETO_TIME_LIMIT_S, DEFAULT_TIME_LIMIT_S, min_peak,
                                      pareto_front, search)
-    from osdp_sim.search.sweep import sweep_front
+    from osdp_sim.planner.sweep import sweep_front
     defaults = {f.__name__: inspect.signature(f).parameters for f in (search, min_peak, pareto_front, sweep_front)}
     assert defaults["search"]["time_limit_s"].default == DEFAULT_TIME_LIMIT_S == 60.0
     assert defaults["min_peak"]["time_limit_s"].default == DEFAULT_TIME_LIMIT_S
@@ -231,7 +231,7 @@ def test_python_front_and_diagnosis_functions_have_finite_default_limits():
 def test_pareto_front_stops_at_its_time_limit():
     import time
 
-    from osdp_sim.search.bnb import pareto_front
+    from osdp_sim.planner.bnb import pareto_front
     spec, hw = load_model("mingpt-48l-1536"), load_profile("titan8")
     t0 = time.perf_counter()
     res = pareto_front(spec, hw, SearchSpace(splits=(1,), micro_batches=(4,)), time_limit_s=2.0)

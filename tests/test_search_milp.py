@@ -13,9 +13,9 @@ from searchfixtures import random_hw, random_spec
 from osdp_sim.costmodel import estimate
 from osdp_sim.costmodel.fast import Config, MEM_Q, total_peak_bytes
 from osdp_sim.plan.plan import STRATEGIES
-from osdp_sim.search.bnb import _limit_q, search
-from osdp_sim.search.problem import build_problem
-from osdp_sim.search.space import SearchSpace, group_choices, shard_groups_of
+from osdp_sim.planner.bnb import _limit_q, search
+from osdp_sim.planner.problem import build_problem
+from osdp_sim.planner.space import SearchSpace, group_choices, shard_groups_of
 
 
 NS = 1e-9

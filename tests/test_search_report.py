@@ -8,12 +8,12 @@ from osdp_sim.costmodel import estimate
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model
 from osdp_sim.plan import GroupChoice, plan_from_dict, uniform_plan
-from osdp_sim.search.baselines import knapsack_baseline, uniform_baselines
-from osdp_sim.search.bnb import search
-from osdp_sim.search.knapsack import osdp_knapsack
-from osdp_sim.search.report import (composition, describe_choice, explain, format_report, result_to_json,
+from osdp_sim.planner.baselines import knapsack_baseline, uniform_baselines
+from osdp_sim.planner.bnb import search
+from osdp_sim.planner.knapsack import osdp_knapsack
+from osdp_sim.planner.report import (composition, describe_choice, explain, format_report, result_to_json,
                                     summarize_plan, uniform_zero3_like)
-from osdp_sim.search.space import SearchSpace
+from osdp_sim.planner.space import SearchSpace
 
 SPEC = load_model("gpt2-tiny")
 HW = load_profile("titan8")

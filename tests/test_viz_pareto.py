@@ -7,9 +7,9 @@ import pytest
 from osdp_sim.cli.main import main
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model
-from osdp_sim.search.baselines import uniform_candidates
-from osdp_sim.search.report import plan_oneline
-from osdp_sim.search.space import SearchSpace
+from osdp_sim.planner.baselines import uniform_candidates
+from osdp_sim.planner.report import plan_oneline
+from osdp_sim.planner.space import SearchSpace
 from osdp_sim.viz.pareto import (AXIS_MARGIN, Throughput, best_under, non_dominated, plot_pareto,
                                  write_front_csv, zero3_share)
 

@@ -366,15 +366,15 @@ def _expand_groups(groups: dict, plan_keys, fail) -> dict:
 
 
 def _search_plan(spec: dict, model_cfg, nproc: int, hw, common: dict, fail) -> Plan:
-    """The plan the exact search (osdp_sim.search.bnb) picks under the memory limit, at this
+    """The plan the exact search (osdp_sim.planner.bnb) picks under the memory limit, at this
     micro-batch (and accumulation, precision, optimizer, shard group)."""
     from osdp_sim.model.spec import build_spec
     from osdp_sim.units import parse_bytes
     try:
-        from osdp_sim.search.bnb import search
-        from osdp_sim.search.space import SearchSpace
+        from osdp_sim.planner.bnb import search
+        from osdp_sim.planner.space import SearchSpace
     except ImportError:
-        fail("search", "the exact search (osdp_sim.search.bnb) is not available in this installation")
+        fail("search", "the exact search (osdp_sim.planner.bnb) is not available in this installation")
     if hw is None:
         fail("search", "needs the campaign's hardware profile")
     s = spec["search"]

@@ -5,10 +5,11 @@ import sys
 from pathlib import Path
 
 from osdp_sim.cli.common import load_hw, load_spec
-from osdp_sim.cli.search_cmd import (Budget, add_space_arguments, build_space, cap_to_device, describe_space,
+from osdp_sim.cli.search_cmd import (add_space_arguments, build_space, cap_to_device, describe_space,
                                      progress, time_limit_arg)
 from osdp_sim.errors import UserError
-from osdp_sim.search.bnb import DEFAULT_PARETO_TIME_LIMIT_S
+from osdp_sim.planner.bnb import DEFAULT_PARETO_TIME_LIMIT_S
+from osdp_sim.planner.budget import Budget
 from osdp_sim.fileio import check_writable
 from osdp_sim.units import format_bytes, parse_bytes
 
@@ -44,10 +45,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from osdp_sim.search.baselines import UNIFORM, uniform_candidates
-    from osdp_sim.search.bnb import pareto_front
-    from osdp_sim.search.report import plan_oneline
-    from osdp_sim.search.sweep import non_dominated, sweep_front
+    from osdp_sim.planner.baselines import UNIFORM, uniform_candidates
+    from osdp_sim.planner.bnb import pareto_front
+    from osdp_sim.planner.report import plan_oneline
+    from osdp_sim.planner.sweep import non_dominated, sweep_front
     from osdp_sim.viz.pareto import Throughput, best_under, plot_pareto, write_front_csv
 
     out = Path(args.output)

@@ -9,14 +9,11 @@ import time
 from osdp_sim.cli.common import add_hw_args, add_model_args, load_hw, load_spec, percent, positive_int
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import check_writable
-from osdp_sim.search.bnb import DEFAULT_TIME_LIMIT_S
-from osdp_sim.search.keygraph import GraphCaps
+from osdp_sim.planner.bnb import DEFAULT_TIME_LIMIT_S
+from osdp_sim.planner.budget import Budget
+from osdp_sim.planner.keygraph import GraphCaps
 from osdp_sim.units import format_bytes, parse_bytes
 
-# The time limit is the whole command's: the search gets what is left after this share (at least
-# MIN_RESERVE_S) for the baselines, the OSDP knapsack DP, the explanation and the output.
-RESERVE_SHARE = 0.1
-MIN_RESERVE_S = 1.0
 
 HELP = "find the plan of highest throughput within a memory limit (exact branch-and-bound)"
 
@@ -91,7 +88,7 @@ def _list_arg(text: str, flag: str, allowed=None, cast=str) -> tuple:
 def build_space(args, spec, hw):
     """A SearchSpace from the command line (hw already cut to --gpus)."""
     from osdp_sim.plan import SPLITS, STRATEGIES
-    from osdp_sim.search.space import SearchSpace
+    from osdp_sim.planner.space import SearchSpace
     strategies = _list_arg(args.strategies, "--strategies", STRATEGIES)
     if args.no_split and args.splits:
         raise UserError("conflicts with --splits (--no-split means --splits 1); give one of them",
@@ -119,7 +116,7 @@ def build_space(args, spec, hw):
 
 def describe_space(space, hw) -> str:
     """One line: what the space lets vary (for plot subtitles and progress)."""
-    from osdp_sim.search.space import devices_of, shard_groups_of
+    from osdp_sim.planner.space import devices_of, shard_groups_of
     n = devices_of(space, hw)
     mbs = ",".join(map(str, space.micro_batches)) if space.micro_batches else "1.. (up to what fits)"
     groups = shard_groups_of(space, hw, n)
@@ -153,30 +150,10 @@ def cap_to_device(limit_bytes: float, hw, flag: str = "--mem-limit") -> float:
     return limit_bytes
 
 
-class Budget:
-    """The command's time limit as a deadline (time.perf_counter()); None: no limit."""
-
-    def __init__(self, seconds: float | None):
-        self.deadline = None if seconds is None else time.perf_counter() + seconds
-        self.seconds = seconds
-
-    def left(self) -> float | None:
-        return None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
-
-    def search_share(self, min_reserve_s: float = MIN_RESERVE_S, share: float = RESERVE_SHARE) -> float | None:
-        """The search's limit: what is left less the reserve for everything after it."""
-        left = self.left()
-        if left is None:
-            return None
-        reserve = min(max(min_reserve_s, share * self.seconds), left / 2)
-        return max(0.0, left - reserve)
-
-
 def run(args) -> int:
-    from osdp_sim.search.baselines import knapsack_baseline, skipped_baseline, uniform_baselines
-    from osdp_sim.search.bnb import search
-    from osdp_sim.search.knapsack import osdp_knapsack
-    from osdp_sim.search.report import explain, format_report, result_to_json
+    from osdp_sim.planner.baselines import all_baselines
+    from osdp_sim.planner.bnb import search
+    from osdp_sim.planner.report import explain, format_report, result_to_json
 
     if args.output:
         check_writable(args.output, "-o")        # before the search, not after it
@@ -209,12 +186,7 @@ def run(args) -> int:
         print(f"osdp-sim search: {msg}", file=sys.stderr)
         return 2
     progress(f"search {result.status} in {result.seconds:.2f} s; evaluating baselines ...")
-    baselines = uniform_baselines(spec, hw, limit, space, deadline=budget.deadline, shares_after=1)
-    if budget.left() is None or budget.left() > 0:
-        knap = osdp_knapsack(spec, hw, limit, space, deadline=budget.deadline)
-        baselines["osdp_knapsack"] = knapsack_baseline(knap)
-    else:
-        baselines["osdp_knapsack"] = skipped_baseline("osdp_knapsack", "time limit")
+    baselines = all_baselines(spec, hw, limit, space, deadline=budget.deadline)
     for b in baselines.values():
         if b.note:
             progress(f"baseline {b.name}: {b.note}")
@@ -323,7 +295,7 @@ def _leanest_on(spec, hw, space, devices: int, deadline: float | None):
     from dataclasses import replace
 
     from osdp_sim.costmodel import estimate
-    from osdp_sim.search.bnb import min_peak
+    from osdp_sim.planner.bnb import min_peak
     per_node = hw.device.per_node
     count = -(-devices // per_node) * per_node
     for n in (count, 2 * count):
@@ -357,8 +329,8 @@ def _relaxations(spec, hw, space, profile, deadline: float | None = None):
     from osdp_sim.costmodel import estimate
     from dataclasses import replace
 
-    from osdp_sim.search.bnb import min_peak
-    from osdp_sim.search.space import devices_of, shard_groups_of
+    from osdp_sim.planner.bnb import min_peak
+    from osdp_sim.planner.space import devices_of, shard_groups_of
     n = devices_of(space, hw)
     tried = []
     if True not in space.checkpoint:

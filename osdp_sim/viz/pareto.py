@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import Normalize  # noqa: E402
 
-from osdp_sim.search.sweep import non_dominated  # noqa: E402
+from osdp_sim.planner.sweep import non_dominated  # noqa: E402
 from osdp_sim.units import GiB, format_bytes  # noqa: E402
 
 UNIFORM_STYLE = {"ddp": ("s", "#4c72b0", "uniform DDP"), "zero2": ("^", "#55a868", "uniform ZeRO-2"),

@@ -319,7 +319,7 @@ MAX_AUTO_MICRO_BATCH = 4096
 def micro_batch_candidates(space, hw: HardwareProfile) -> tuple[list[int], bool]:
     """(micro-batches in increasing order, auto?). Auto (space.micro_batches None) means 1, 2,
     3, ... until nothing fits: the caller stops at the first micro-batch where nothing does."""
-    from osdp_sim.search.space import devices_of
+    from osdp_sim.planner.space import devices_of
     if space.micro_batches is not None:
         return sorted(set(space.micro_batches)), False
     top = min(space.global_batch // devices_of(space, hw), MAX_AUTO_MICRO_BATCH) if space.global_batch \
@@ -330,7 +330,7 @@ def micro_batch_candidates(space, hw: HardwareProfile) -> tuple[list[int], bool]
 def settings_for(space, hw: HardwareProfile, micro_batch: int) -> list[Setting]:
     """The batch settings of the space at one micro-batch: one per shard group, none when the
     micro-batch does not divide the global batch."""
-    from osdp_sim.search.space import devices_of, grad_accum_of, shard_groups_of
+    from osdp_sim.planner.space import devices_of, grad_accum_of, shard_groups_of
     devices = devices_of(space, hw)
     accum = grad_accum_of(space, micro_batch, devices)
     if accum is None:
@@ -368,8 +368,8 @@ def osdp_knapsack(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
     decides by the number of block choices. Micro-batches stop once no larger one can beat the
     best plan so far (mbbound.py's bound; the answer is the same); deadline
     (time.perf_counter()): stop then with the best so far (cut_short)."""
-    from osdp_sim.search.baselines import suffix_bound
-    from osdp_sim.search.space import group_choices
+    from osdp_sim.planner.baselines import suffix_bound
+    from osdp_sim.planner.space import group_choices
     ck = checkpoint_options(space)
     if choices == "paper":
         blocks = tuple(b for k in ck for b in paper_block_choices(checkpoint=k))

@@ -23,8 +23,8 @@ from osdp_sim.costmodel import estimate
 from osdp_sim.costmodel.fast import MEM_Q, total_peak_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec
-from osdp_sim.search.problem import Option, Problem
-from osdp_sim.search.space import SearchSpace
+from osdp_sim.planner.problem import Option, Problem
+from osdp_sim.planner.space import SearchSpace
 
 
 def option_terms(o: Option, ck: bool, m: int) -> tuple[float, float]:
@@ -85,7 +85,7 @@ def solve_config(pb: Problem, budget_bytes: float):
 
 def search_additive(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: SearchSpace,
                     *, top_k: int = 1):
-    from osdp_sim.search.bnb import SearchResult, _configs, _limit_q
+    from osdp_sim.planner.bnb import SearchResult, _configs, _limit_q
     start = time.perf_counter()
     pq = _limit_q(mem_limit_bytes, hw)
     total_budget = pq * MEM_Q

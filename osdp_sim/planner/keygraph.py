@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from osdp_sim.search.labels import update
-from osdp_sim.search.merged import MergedView
+from osdp_sim.planner.labels import update
+from osdp_sim.planner.merged import MergedView
 
 N_LAMBDA = 24
 

@@ -8,8 +8,8 @@ import time
 
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec
-from osdp_sim.search.bnb import DEFAULT_PARETO_TIME_LIMIT_S, ParetoResult, earlier_deadline, search
-from osdp_sim.search.space import SearchSpace
+from osdp_sim.planner.bnb import DEFAULT_PARETO_TIME_LIMIT_S, ParetoResult, earlier_deadline, search
+from osdp_sim.planner.space import SearchSpace
 from osdp_sim.units import format_bytes
 
 

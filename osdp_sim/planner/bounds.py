@@ -47,7 +47,7 @@ the dual function, where its maximum lies when every block has the same shape).
 import numpy as np
 
 from osdp_sim.costmodel.fast import MEM_Q, TIME_Q, Pending
-from osdp_sim.search.problem import Option, Problem
+from osdp_sim.planner.problem import Option, Problem
 
 MU = (0.0, 0.5, 1.0)
 

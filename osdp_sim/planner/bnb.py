@@ -21,12 +21,12 @@ from osdp_sim.errors import UserError
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan.plan import Plan
-from osdp_sim.search.dp import Engine, Finished
-from osdp_sim.search.keygraph import GraphCaps
-from osdp_sim.search.keystore import KeyStore
-from osdp_sim.search.mbbound import MicroBatchBounds, floors, least_resident_bytes, micro_batch_bounds
-from osdp_sim.search.problem import Problem, build_problem
-from osdp_sim.search.space import (SearchSpace, devices_of, grad_accum_of, group_choices,
+from osdp_sim.planner.dp import Engine, Finished
+from osdp_sim.planner.keygraph import GraphCaps
+from osdp_sim.planner.keystore import KeyStore
+from osdp_sim.planner.mbbound import MicroBatchBounds, floors, least_resident_bytes, micro_batch_bounds
+from osdp_sim.planner.problem import Problem, build_problem
+from osdp_sim.planner.space import (SearchSpace, devices_of, grad_accum_of, group_choices,
                                    shard_groups_of)
 
 EVALUATED_CAP = 20000
@@ -181,11 +181,11 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     rel_gap: stop proving once no plan can beat the best found by more than this fraction (a
     branch-and-bound's relative gap tolerance, as scipy.optimize.milp's mip_rel_gap): whatever
     could only beat it by less is pruned; the result is "within_gap" with that gap certified.
-    objective="additive": the additive surrogate (search/additive.py), for cross-checks.
+    objective="additive": the additive surrogate (planner/additive.py), for cross-checks.
     cache: a dict shared by calls with the same spec, hw and space (a sweep over limits): the
     cost tables and the engines' stage tables are kept in it, so later calls reuse them."""
     if objective == "additive":
-        from osdp_sim.search.additive import search_additive
+        from osdp_sim.planner.additive import search_additive
         return search_additive(spec, hw, mem_limit_bytes, space, top_k=top_k)
     if objective != "time":
         raise UserError(f"objective must be 'time' or 'additive'; got {objective!r}", field="objective")

@@ -9,7 +9,7 @@ from osdp_sim.costmodel import Estimate, estimate
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan import GroupChoice, Plan
-from osdp_sim.search.knapsack import (BlockChoice, KnapsackResult, checkpoint_options, make_plan,
+from osdp_sim.planner.knapsack import (BlockChoice, KnapsackResult, checkpoint_options, make_plan,
                                       micro_batch_candidates, settings_for)
 
 UNIFORM = ("ddp", "zero2", "zero3")
@@ -87,8 +87,8 @@ def suffix_bound(spec: ModelSpec, hw: HardwareProfile, space, limit_bytes: float
     (among mbs) within limit_bytes (mbbound.py)."""
     import numpy as np
 
-    from osdp_sim.search.bnb import _limit_q
-    from osdp_sim.search.mbbound import floors, micro_batch_bounds
+    from osdp_sim.planner.bnb import _limit_q
+    from osdp_sim.planner.mbbound import floors, micro_batch_bounds
     if not mbs:
         return lambda mb: 0.0
     b = micro_batch_bounds(spec, hw, space, mbs, _limit_q(limit_bytes, hw), floors(spec, hw, space))
@@ -143,3 +143,16 @@ def knapsack_baseline(res: KnapsackResult) -> Baseline:
     p, e = res.plan, res.estimate
     return Baseline("osdp_knapsack", True, e.samples_per_s, e.peak_memory_bytes, e.iteration_time_s,
                     p.micro_batch, p.grad_accum, all(p.checkpoint), p, e, note=note)
+
+
+def all_baselines(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, *,
+                  deadline: float | None = None) -> dict[str, Baseline]:
+    """What a searched plan is compared with: the uniform baselines, then the OSDP knapsack DP,
+    both within the deadline (time.perf_counter()); the DP is skipped, so noted, when none is left."""
+    from osdp_sim.planner.knapsack import osdp_knapsack
+    out = uniform_baselines(spec, hw, mem_limit_bytes, space, deadline=deadline, shares_after=1)
+    if deadline is None or time.perf_counter() < deadline:
+        out["osdp_knapsack"] = knapsack_baseline(osdp_knapsack(spec, hw, mem_limit_bytes, space, deadline=deadline))
+    else:
+        out["osdp_knapsack"] = skipped_baseline("osdp_knapsack", "time limit")
+    return out

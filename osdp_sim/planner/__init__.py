@@ -1,7 +1,7 @@
 """Plan search: the exact branch-and-bound, baselines, the OSDP knapsack DP, reports."""
 
-from osdp_sim.search.bnb import ParetoResult, SearchResult, min_peak, pareto_front, search
-from osdp_sim.search.space import SearchSpace, group_choices
+from osdp_sim.planner.bnb import ParetoResult, SearchResult, min_peak, pareto_front, search
+from osdp_sim.planner.space import SearchSpace, group_choices
 
 __all__ = ["SearchSpace", "group_choices", "search", "pareto_front", "min_peak", "SearchResult",
            "ParetoResult"]

@@ -8,7 +8,7 @@ of steps costs more than most stage lookups save)."""
 
 import numpy as np
 
-from osdp_sim.search.bounds import KEY_COLS, key_row
+from osdp_sim.planner.bounds import KEY_COLS, key_row
 
 
 class KeyStore:

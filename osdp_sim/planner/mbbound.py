@@ -35,8 +35,8 @@ from osdp_sim.costmodel.rates import bandwidth_time_s
 from osdp_sim.costmodel.states import compute_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
-from osdp_sim.search.problem import build_problem, group_shape
-from osdp_sim.search.space import SearchSpace, devices_of, grad_accum_of, group_choices, shard_groups_of
+from osdp_sim.planner.problem import build_problem, group_shape
+from osdp_sim.planner.space import SearchSpace, devices_of, grad_accum_of, group_choices, shard_groups_of
 
 SAFETY = 1.0 - 1e-9              # float rounding between this closed form and the cost model's
 

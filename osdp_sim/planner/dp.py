@@ -23,12 +23,12 @@ import numpy as np
 
 from osdp_sim.costmodel.fast import mlp_first, stage, start_label
 from osdp_sim.costmodel.lowering import optimizer_temp_sums
-from osdp_sim.search.bounds import Bounds
-from osdp_sim.search.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
-from osdp_sim.search.keystore import KeyStore
-from osdp_sim.search.labels import NCOL, NDELTA, ZERO, update
-from osdp_sim.search.merged import MergedView, grid_for
-from osdp_sim.search.problem import Problem
+from osdp_sim.planner.bounds import Bounds
+from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
+from osdp_sim.planner.keystore import KeyStore
+from osdp_sim.planner.labels import NCOL, NDELTA, ZERO, update
+from osdp_sim.planner.merged import MergedView, grid_for
+from osdp_sim.planner.problem import Problem
 
 
 def positions_of(pb: Problem) -> list[tuple[str, int]]:

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from osdp_sim.costmodel.fast import NEG, TIME_Q
-from osdp_sim.search.labels import D_Y, G_A, O_M1, O_M2, O_V, O_Y, P_A, PM
+from osdp_sim.planner.labels import D_Y, G_A, O_M1, O_M2, O_V, O_Y, P_A, PM
 
 # the rounding grid, as a fraction of the mean time per decision of the configuration's bound
 GRID_FRACTION = 0.01

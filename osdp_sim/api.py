@@ -1,0 +1,185 @@
+"""The Python API: what `osdp-sim estimate`, `search` and `pareto` do, as functions.
+
+Models and profiles are taken by name, path or object; sizes as "40GiB" or bytes. Defaults are
+the CLI's (a finite time limit included). Results are dataclasses; PlanSearch.to_json() is the
+object `osdp-sim search --json` prints. docs/python-api.md has a worked example.
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from osdp_sim.costmodel import Estimate
+from osdp_sim.costmodel import estimate as _estimate
+from osdp_sim.errors import UserError
+from osdp_sim.hardware.profile import HardwareProfile
+from osdp_sim.model.config import ModelConfig
+from osdp_sim.model.spec import ModelSpec, build_spec
+from osdp_sim.plan.plan import Plan
+from osdp_sim.planner.bnb import DEFAULT_PARETO_TIME_LIMIT_S, DEFAULT_TIME_LIMIT_S, SearchResult
+from osdp_sim.planner.space import SearchSpace
+from osdp_sim.units import parse_bytes
+
+
+def load_model(model: str | ModelConfig | ModelSpec, *, seq_len: int | None = None) -> ModelSpec:
+    """A model description: a built-in name (`osdp-sim models`), a model YAML, a Hugging Face
+    config.json (or its folder), a ModelConfig, or a ModelSpec (returned as it is)."""
+    if isinstance(model, ModelSpec):
+        return model if seq_len is None else load_model(model.config, seq_len=seq_len)
+    if isinstance(model, ModelConfig):
+        from osdp_sim.model.config import with_overrides
+        return build_spec(with_overrides(model, seq_len=seq_len))
+    if not isinstance(model, str):
+        raise UserError(f"expected a model name, a path, a ModelConfig or a ModelSpec, got {type(model).__name__}",
+                        field="model")
+    from osdp_sim.model.load import load_model as _load
+    return _load(model, seq_len=seq_len)
+
+
+def load_profile(hardware: str | HardwareProfile, *, devices: int | None = None) -> HardwareProfile:
+    """A hardware profile: a shipped name (`osdp-sim profiles`), a YAML path, or a profile;
+    `devices` uses fewer of its devices (as --gpus)."""
+    if isinstance(hardware, HardwareProfile):
+        hw = hardware
+    elif isinstance(hardware, str):
+        from osdp_sim.hardware.load import load_profile as _load
+        hw = _load(hardware)
+    else:
+        raise UserError(f"expected a profile name, a path or a HardwareProfile, got {type(hardware).__name__}",
+                        field="hardware")
+    if devices is not None:
+        if not isinstance(devices, int) or isinstance(devices, bool) or not 1 <= devices <= hw.device.count:
+            raise UserError(f"expected 1..{hw.device.count} devices of {hw.name!r}, got {devices!r}",
+                            field="devices")
+        hw = hw.with_devices(devices)
+    return hw
+
+
+def _bytes(size: str | int | float, field: str) -> int:
+    return parse_bytes(size, field=field)
+
+
+def uniform_plan(model, hardware, strategy: str = "zero3", *, micro_batch: int = 1,
+                 checkpoint: bool = False, **plan_fields) -> Plan:
+    """Every group on one strategy (ddp, zero2, zero3), on all of the profile's devices; further
+    Plan fields (grad_accum, precision, optimizer, shard_group, slices) as keywords."""
+    from osdp_sim.plan.plan import uniform_plan as _uniform
+    spec, hw = load_model(model), load_profile(hardware)
+    return _uniform(spec.config, strategy, devices=hw.device.count, micro_batch=micro_batch,
+                    checkpoint=checkpoint, **plan_fields)
+
+
+def estimate(model, hardware, plan: Plan) -> Estimate:
+    """Peak memory and step time of `plan` on the hardware (docs/cost-model.md)."""
+    spec, hw = load_model(model), load_profile(hardware)
+    if plan.devices > hw.device.count:
+        raise UserError(f"the plan is for {plan.devices} devices; {hw.name!r} has {hw.device.count}",
+                        field="plan.devices")
+    return _estimate(spec, hw if plan.devices == hw.device.count else hw.with_devices(plan.devices), plan)
+
+
+@dataclass
+class Certificate:
+    """What the search proved. status: optimal (no plan is faster), within_gap (none is faster by
+    more than rel_gap), time_limit (stopped; best_bound still holds), infeasible (nothing fits)."""
+
+    status: str
+    best_bound_samples_per_s: float      # no plan of the space is faster
+    gap: float                           # (best_bound - plan) / plan; 0 when optimal
+    nodes: int
+    seconds: float
+    open_configs: list = field(default_factory=list)
+
+
+@dataclass
+class PlanSearch:
+    """The result of search(): the plan and its prediction (None when nothing fits or time ran
+    out first), the baselines it is compared with, the certificate and the raw SearchResult."""
+
+    plan: Plan | None
+    prediction: Estimate | None
+    baselines: dict                      # name -> planner.baselines.Baseline
+    certificate: Certificate
+    message: str
+    model: ModelSpec
+    hardware: HardwareProfile
+    mem_limit_bytes: float
+    result: SearchResult
+
+    @property
+    def success(self) -> bool:
+        return self.plan is not None
+
+    def to_json(self) -> dict:
+        """The object `osdp-sim search --json` prints."""
+        from osdp_sim.planner.report import explain, result_to_json
+        if self.plan is None:
+            return {"status": self.certificate.status, "model": self.model.name, "hardware": self.hardware.name,
+                    "devices": self.hardware.device.count, "mem_limit_bytes": self.mem_limit_bytes,
+                    "message": self.message}
+        why = explain(self.model, self.hardware, self.plan, self.prediction, self.baselines)
+        return result_to_json(self.model, self.hardware, self.mem_limit_bytes, self.result, self.baselines,
+                              explanation=why)
+
+
+def search(model, hardware, mem_limit: str | int | float, *, time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+           space: SearchSpace | None = None, baselines: bool = True, top_k: int = 1,
+           rel_gap: float = 0.0, **space_fields) -> PlanSearch:
+    """The plan of highest throughput within `mem_limit` per device, proven optimal within the time
+    limit (the whole call's: the search and the baselines), like `osdp-sim search`. The space is
+    `space` or SearchSpace(**space_fields) (strategies, splits, checkpoint, micro_batches, ...);
+    a limit above the device's usable memory is capped to it."""
+    from osdp_sim.planner.baselines import all_baselines
+    from osdp_sim.planner.bnb import search as _search
+    from osdp_sim.planner.budget import Budget
+    spec, hw = load_model(model), load_profile(hardware)
+    limit = min(float(_bytes(mem_limit, "mem_limit")), float(hw.device.usable_memory_bytes))
+    if time_limit_s is not None and not (math.isfinite(time_limit_s) and time_limit_s > 0):
+        raise UserError(f"expected a positive number of seconds or None, got {time_limit_s!r}", field="time_limit_s")
+    if space is not None and space_fields:
+        raise UserError("give a SearchSpace or its fields, not both", field="space")
+    space = space or SearchSpace(**space_fields)
+    budget = Budget(time_limit_s)
+    res = _search(spec, hw, limit, space, time_limit_s=budget.search_share(), top_k=top_k, rel_gap=rel_gap)
+    found = {}
+    if baselines and res.plan is not None:
+        found = all_baselines(spec, hw, limit, space, deadline=budget.deadline)
+    cert = Certificate(res.status, res.best_bound, res.gap, res.nodes, res.seconds, list(res.open_configs))
+    return PlanSearch(res.plan, res.estimate, found, cert, res.message, spec, hw, limit, res)
+
+
+@dataclass
+class Front:
+    """The throughput-vs-peak-memory front: points (peak_bytes, samples_per_s, Plan), peak
+    ascending, each faster than the one before; proven False when the time limit stopped it."""
+
+    points: list
+    evaluated: int
+    proven: bool
+    seconds: float
+
+
+def pareto(model, hardware, *, mem_max: str | int | float | None = None, method: str = "sweep",
+           resolution: str | int | float = "64MiB", time_limit_s: float | None = DEFAULT_PARETO_TIME_LIMIT_S,
+           space: SearchSpace | None = None, **space_fields) -> Front:
+    """The exact front up to `mem_max` (default: the device's usable memory), like `osdp-sim
+    pareto`: method "sweep" (exact search() at descending limits, `resolution` apart) or "front"
+    (one pareto_front() pass; slow beyond ~16 blocks)."""
+    from osdp_sim.planner.bnb import pareto_front
+    from osdp_sim.planner.sweep import non_dominated, sweep_front
+    spec, hw = load_model(model), load_profile(hardware)
+    if method not in ("sweep", "front"):
+        raise UserError(f"expected 'sweep' or 'front', got {method!r}", field="method")
+    if space is not None and space_fields:
+        raise UserError("give a SearchSpace or its fields, not both", field="space")
+    space = space or SearchSpace(**space_fields)
+    hi = float(hw.device.usable_memory_bytes) if mem_max is None else \
+        min(float(_bytes(mem_max, "mem_max")), float(hw.device.usable_memory_bytes))
+    t0 = time.perf_counter()
+    if method == "front":
+        res = pareto_front(spec, hw, space, mem_range=(0.0, hi), time_limit_s=time_limit_s)
+        proven = res.proven
+    else:
+        step = 0 if resolution in (0, "0", "0B") else _bytes(resolution, "resolution")
+        res, proven = sweep_front(spec, hw, space, hi, resolution_bytes=step, total_time_limit_s=time_limit_s)
+    return Front(non_dominated(res.front), len(res.evaluated), proven, time.perf_counter() - t0)
