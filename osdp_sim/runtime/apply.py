@@ -253,15 +253,22 @@ def _split(block: nn.Module, target: SplitTarget, slices: int) -> nn.Module:
     return split
 
 
-def split_groups(model: nn.Module, plan: Plan, layout: ModelLayout | None = None) -> dict:
-    """Apply only the plan's operator splitting (no sharding): every split target of every split
-    group replaced by its SplitLinear / SplitExperts. Returns plan key -> the split modules.
-    state_dict keys and shapes stay those of the unsplit model, so a checkpoint of it loads."""
+def _checked_layout(model: nn.Module, plan: Plan, layout: ModelLayout | None):
+    """The model's layout and its blocks, every path of it present and the plan's block count the
+    model's: (layout, [(key, block)])."""
     layout = resolve_layout(model, layout)
     blocks = blocks_of(model, layout)
     layout.check_paths([n for n, _ in model.named_modules()], [k for k, _ in blocks],
                        model=type(model).__name__)
     _check_plan_fits(model, plan, layout, len(blocks))
+    return layout, blocks
+
+
+def split_groups(model: nn.Module, plan: Plan, layout: ModelLayout | None = None) -> dict:
+    """Apply only the plan's operator splitting (no sharding): every split target of every split
+    group replaced by its SplitLinear / SplitExperts. Returns plan key -> the split modules.
+    state_dict keys and shapes stay those of the unsplit model, so a checkpoint of it loads."""
+    layout, blocks = _checked_layout(model, plan, layout)
     _check_splits(plan, layout, blocks)
     out = {}
     for i, (_, block) in enumerate(blocks):
@@ -282,11 +289,7 @@ def apply_plan(model: nn.Module, plan: Plan, *, device: torch.device | None = No
     (default: recognised from the model's class). Nothing is changed before every check passed.
     """
     _check_runtime(model, plan, backend)
-    layout = resolve_layout(model, layout)
-    blocks = blocks_of(model, layout)
-    layout.check_paths([n for n, _ in model.named_modules()], [k for k, _ in blocks],
-                       model=type(model).__name__)
-    _check_plan_fits(model, plan, layout, len(blocks))
+    layout, blocks = _checked_layout(model, plan, layout)
     _check_coverage(model, layout, blocks)
     _check_splits(plan, layout, blocks)
     if backend == "fairscale":
