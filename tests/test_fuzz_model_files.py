@@ -126,3 +126,19 @@ def test_mutated_config_json(tmp_path, capsys, muts, arch, garble, as_folder):
     _write(folder / "config.json", data, "json", garble)
     _check_load(folder)
     _check_cli(folder, ["models", str(folder)], capsys)
+
+
+def test_model_yaml_alias_bombs_and_encodings_are_named_like_every_other_file(tmp_path):
+    from osdp_sim.errors import UserError
+    from osdp_sim.model.load import load_model
+    names = "abcdefghij"
+    lines = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"{n}: &{n} [{', '.join(['*' + p] * 9)}]" for p, n in zip(names, names[1:])]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match=r"bomb\.yaml: its YAML aliases expand to more than"):
+        load_model(str(bomb))
+    latin = tmp_path / "latin1.yaml"
+    latin.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(UserError, match=r"latin1\.yaml: not UTF-8 text \(byte 0xe9 at offset 9\)"):
+        load_model(str(latin))

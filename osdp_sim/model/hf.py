@@ -153,12 +153,8 @@ def read_hf_config(path: Path, *, seq_len: int | None = None) -> tuple[ModelConf
     keys warned about)."""
     from osdp_sim.model.load import read_text
     src = str(path)
-    try:
-        data = json.loads(read_text(path, "config.json"))
-    except json.JSONDecodeError as e:
-        raise UserError(f"not valid JSON (line {e.lineno}: {e.msg})", source=src) from None
-    except RecursionError:
-        raise UserError("not valid JSON (nested too deeply)", source=src) from None
+    from osdp_sim.fileio import parse_json
+    data = parse_json(read_text(path, "config.json"), src)
     if not isinstance(data, dict):
         raise UserError("expected a JSON object (a Hugging Face config.json)", source=src)
     arch = _architecture(data, src)

@@ -3,7 +3,6 @@
 import sys
 from pathlib import Path
 
-import yaml
 
 from osdp_sim.errors import UserError
 from osdp_sim.model.config import FAMILIES, MLP_KINDS, NORM_KINDS, V1_FIELDS, ModelConfig, with_overrides
@@ -115,23 +114,17 @@ def config_from_dict(data: dict, *, source: str, version: int = 2) -> ModelConfi
 
 
 def read_text(path: Path, kind: str = "model") -> str:
-    """The file's text as UTF-8, every failure a UserError naming the file."""
+    """The file's text as UTF-8 (fileio.read_text: a folder, an unreadable, huge or non-UTF-8 file
+    is a UserError naming it), a missing one pointing at the built-in names."""
+    from osdp_sim import fileio
     src = str(path)
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError("file not found; give a built-in model name or an existing model file",
-                        source=src) from None
-    except IsADirectoryError:
-        raise UserError(f"is a folder, not a {kind} file", source=src) from None
-    except OSError as e:
-        raise UserError(f"cannot read {kind} file ({e.strerror})", source=src) from None
-    except ValueError as e:          # a NUL byte in the name
-        raise UserError(f"not a usable file name ({e})", source=repr(src)) from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"not UTF-8 text (byte {e.start}); save the file as UTF-8", source=src) from None
+        if not path.exists():
+            raise UserError("file not found; give a built-in model name or an existing model file",
+                            source=src)
+    except (OSError, ValueError) as e:   # a name the OS refuses (too long, a NUL byte)
+        raise UserError(f"not a usable file name ({e.__class__.__name__})", source=repr(src)) from None
+    return fileio.read_text(path, kind)
 
 
 def check_value(value, want: type, *, source: str, field: str, allow_empty: bool = False) -> None:
@@ -148,12 +141,8 @@ def _config_from_yaml(path: Path) -> ModelConfig:
     src = str(path)
     if _probe(path, Path.is_dir):
         raise UserError("is a folder, not a model YAML file", source=src)
-    try:
-        data = yaml.safe_load(read_text(path))
-    except yaml.YAMLError as e:
-        raise UserError(f"not valid YAML ({str(e).splitlines()[0]})", source=src) from None
-    except RecursionError:
-        raise UserError("not valid YAML (nested too deeply)", source=src) from None
+    from osdp_sim.fileio import parse_yaml
+    data = parse_yaml(read_text(path), src)        # alias expansion and nesting bounded
     if not isinstance(data, dict):
         raise UserError("expected a mapping with keys " + ", ".join(_REQUIRED), source=src)
     for key in data:
