@@ -147,14 +147,7 @@ def run(args) -> int:
     space = build_space(args)
     inter = parse_inter_node(args.inter_node) if args.inter_node else None
     hw = load_profile(args.hw)
-    n = 1
-    for a in axes.swept():
-        n *= len(getattr(axes, a))
-    progress(f"{n} point{'s' if n != 1 else ''} on {hw.name}"
-             + (f" within {limit_s:g} s" if limit_s is not None else "") + " ...")
     res = sweep(hw, axes, space, time_limit_s=limit_s, inter=inter, rel_gap=args.gap / 100.0, progress=progress)
-    if res.inter_node:
-        progress(f"inter-node link from {res.inter_node}")
     if args.csv:
         write_csv(args.csv, res)
         progress(f"CSV written to {args.csv}")

@@ -15,8 +15,9 @@ from osdp_sim.planner.space import SearchSpace
 from osdp_sim.units import format_bytes
 
 DEFAULT_SWEEP_TIME_LIMIT_S = 600.0
-# A point is not started with less than this (or less than what is left): a share too small to
-# find any plan answers nothing, so past it the points left are "not run" instead.
+# Each point's share of the time left is at least this (or all that is left): a share too small
+# to find any plan answers nothing, so the points the time does not reach are "not run" instead
+# (after the first, none starts with less than half of it).
 MIN_POINT_S = 1.0
 NOT_RUN = "not_run"
 
@@ -322,6 +323,10 @@ def sweep(hw: HardwareProfile, axes: SweepAxes, space: SearchSpace = SearchSpace
     source = check_devices(hw, axes.devices or (hw.device.count,), inter)
     specs = load_models(axes)
     points_in = grid(axes, hw)
+    if progress is not None:
+        progress(f"{len(points_in)} point{'s' if len(points_in) != 1 else ''} on {hw.name}"
+                 + (f" within {time_limit_s:g} s" if time_limit_s is not None else "")
+                 + (f"; inter-node link from {source}" if source else "") + " ...")
     deadline = None if time_limit_s is None else t0 + time_limit_s
     out = []
     for i, c in enumerate(points_in):
@@ -331,7 +336,7 @@ def sweep(hw: HardwareProfile, axes: SweepAxes, space: SearchSpace = SearchSpace
         coords = {a: c[a] for a in ("devices", "micro_batch", "bandwidth_scale", "compute_scale")}
         coords["mem_limit_bytes"] = limit
         left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left < min(MIN_POINT_S, time_limit_s):
+        if left is not None and i > 0 and left < MIN_POINT_S / 2:
             out.append(not_run(spec, h, coords))
             continue
         share = None if left is None else min(left, max(MIN_POINT_S, left / (len(points_in) - i)))
