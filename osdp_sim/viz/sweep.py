@@ -83,8 +83,10 @@ def plot_sweep(res, path) -> list[Path]:
             ax.set_xticks(xs_all, [str(v) for v in xs_all])
         else:
             ax.set_xticks([v / GiB if xa == "mem_limit_bytes" else v for v in xs_all],
-                          [_label(xa, v) if xa != "mem_limit_bytes" else f"{v / GiB:g}" for v in xs_all])
-        ax.set_ylim(bottom=0)
+                          [f"{v / GiB:g}" if xa == "mem_limit_bytes" else f"x{v:g}" if isinstance(v, float)
+                           else str(v) for v in xs_all])
+        top = max([max(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata())] + [1e-9])
+        ax.set_ylim(0, top * 1.08)          # room above the highest point
     ax_t.ticklabel_format(axis="y", style="plain")
     ax_t.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax_t.set_ylabel("tokens/s (whole job)")
