@@ -178,15 +178,17 @@ def axis_cell(a: str, v) -> str:
 
 
 def short_plan(plan) -> str:
-    """'mb 4x1, ckpt 0/32, zero2 40 zero3 24, root zero3': batch, checkpointing, the groups' mix."""
+    """'mb 2x1, ckpt 0/32, groups 1 zero2 + 63 zero3, root zero2': batch, checkpointing and how
+    many operator groups take each choice (zero2(1/2 z3): zero2 with 1 of 2 slices ZeRO-3)."""
     counts: dict = {}
     for k, c in plan.choices.items():
         if k != "root":
-            name = c.strategy if c.slices == 1 else f"{c.strategy}+{c.sharded_slices}/{c.slices}zero3"
+            name = (c.strategy if c.slices == 1 else f"zero3({c.slices} slices)" if c.strategy == "zero3"
+                    else f"{c.strategy}({c.sharded_slices}/{c.slices} z3)")
             counts[name] = counts.get(name, 0) + 1
-    mix = " ".join(f"{s} {n}" for s, n in sorted(counts.items()))
+    mix = " + ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     return (f"mb {plan.micro_batch}x{plan.grad_accum}, ckpt {sum(plan.checkpoint)}/{len(plan.checkpoint)}, "
-            f"{mix}, root {plan.choices['root'].strategy}")
+            f"groups {mix}, root {plan.choices['root'].strategy}")
 
 
 def _baseline_cell(b) -> str:

@@ -353,7 +353,7 @@ def describe_coords(p: SweepPoint, axes: SweepAxes) -> str:
     parts = []
     for a in axes.swept():
         v = getattr(p, a)
-        parts.append({"model": lambda: f"{v}", "devices": lambda: f"{v} GPUs",
+        parts.append({"model": lambda: f"{v}", "devices": lambda: f"{v} GPU{'s' if v != 1 else ''}",
                       "mem_limit_bytes": lambda: f"limit {format_bytes(v)}", "seq_len": lambda: f"seq {v}",
                       "micro_batch": lambda: f"mb {v}", "bandwidth_scale": lambda: f"bw x{v:g}",
                       "compute_scale": lambda: f"compute x{v:g}"}[a]())
