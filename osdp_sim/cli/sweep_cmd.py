@@ -5,7 +5,7 @@ import json
 import math
 import sys
 
-from osdp_sim.cli.common import add_hw_args, check_plot_path, percent
+from osdp_sim.cli.common import check_plot_path, percent
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import check_writable
 from osdp_sim.planner.whatif import DEFAULT_SWEEP_TIME_LIMIT_S, NOT_RUN, SweepAxes
@@ -23,13 +23,10 @@ FLAGS = {"model": "--model", "devices": "--gpus", "mem_limit_bytes": "--mem-limi
 
 
 def add_arguments(p) -> None:
-    add_hw_args(p)
-    p.set_defaults(gpus=None)
-    for a in p._actions:                 # --gpus is an axis here: a comma list
-        if a.dest == "gpus":
-            a.type, a.metavar = str, "N[,N...]"
-            a.help = ("device counts (default: the profile's); past one node, whole nodes joined by the "
-                      "profile's inter-node link or --inter-node's")
+    p.add_argument("--hw", required=True, help="hardware profile: a YAML path or a shipped name (osdp-sim profiles)")
+    p.add_argument("--gpus", metavar="N[,N...]",
+                   help="device counts (default: the profile's); past one node, whole nodes joined by the "
+                        "profile's inter-node link or --inter-node's")
     p.add_argument("--model", required=True, metavar="M[,M...]", help="models: built-in names or paths")
     p.add_argument("--mem-limit", metavar="SIZE[,SIZE...]",
                    help="peak memory limits per device (default: the device's usable memory)")
