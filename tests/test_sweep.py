@@ -159,3 +159,22 @@ def test_output_paths_are_checked_before_the_work(tmp_path, capsys):
     assert rc == 2 and "--csv" in err and time.perf_counter() - t0 < 2
     rc, _, err = run(["sweep", "--hw", "a100x8", "--model", "gpt2-124m", "--plot", str(tmp_path / "p.jpg")], capsys)
     assert rc == 2 and "--plot" in err
+
+
+def test_a_multi_node_profile_scales_past_its_count_with_its_own_link():
+    r = sweep("gpt2-tiny", "a100-2x8", devices=[8, 32], micro_batch=1, splits=(1,), time_limit_s=60)
+    assert [p.status for p in r.points] == ["optimal", "optimal"]
+    assert r.inter_node.startswith("the profile a100-2x8") and "past its 16 devices" in r.inter_node
+    assert r.points[1].samples_per_s > r.points[0].samples_per_s
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"time_limit_s": float("nan")}, "time_limit_s"), ({"devices": [0]}, "--gpus"),
+    ({"mem_limit": "lots"}, "mem_limit"), ({"bandwidth_scale": [1, -2]}, "--bandwidth-scale"),
+    ({"seq_len": [128.5]}, "--seq-len"), ({"inter_node": "x"}, "--inter-node"),
+    ({"space": object(), "splits": (1,)}, "space"),
+])
+def test_api_arguments_are_user_errors_naming_the_field(kwargs, needle):
+    from osdp_sim.errors import UserError
+    with pytest.raises(UserError, match=needle):
+        sweep("gpt2-tiny", "a100x8", **kwargs)
