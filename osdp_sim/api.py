@@ -183,3 +183,37 @@ def pareto(model, hardware, *, mem_max: str | int | float | None = None, method:
         step = 0 if resolution in (0, "0", "0B") else _bytes(resolution, "resolution")
         res, proven = sweep_front(spec, hw, space, hi, resolution_bytes=step, total_time_limit_s=time_limit_s)
     return Front(non_dominated(res.front), len(res.evaluated), proven, time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------- what-if sweeps (osdp-sim sweep)
+
+from osdp_sim.planner.whatif import DEFAULT_SWEEP_TIME_LIMIT_S as _SWEEP_TIME_LIMIT_S  # noqa: E402
+
+
+def sweep(model, hardware, *, devices=None, mem_limit=None, seq_len=None, micro_batch=None,
+          bandwidth_scale=None, compute_scale=None, inter_node: str | None = None,
+          time_limit_s: float | None = _SWEEP_TIME_LIMIT_S, rel_gap: float = 0.0, space: SearchSpace | None = None,
+          progress=None, **space_fields):
+    """The best plan (with its certificate) and the uniform baselines at every point of the
+    product of the axes, like `osdp-sim sweep`; returns planner.whatif.SweepResult. `model` is one
+    model (name, path or ModelSpec) or a list of them; each other axis a value or a list (None:
+    not swept); mem_limit sizes as "40GiB" or bytes. inter_node "GBPS[,LATENCY_US]": the link
+    between nodes for device counts past one node of a single-node profile. time_limit_s: the
+    whole grid's (the CLI's default, planner.whatif.DEFAULT_SWEEP_TIME_LIMIT_S; None: no limit)."""
+    from osdp_sim.planner.whatif import SweepAxes, parse_inter_node
+    from osdp_sim.planner.whatif import sweep as _sweep
+
+    def axis(v):
+        return None if v is None else tuple(v) if isinstance(v, (list, tuple)) else (v,)
+    if space is not None and space_fields:
+        raise UserError("give a SearchSpace or its fields, not both", field="space")
+    hw = load_profile(hardware)
+    limits = axis(mem_limit)
+    axes = SweepAxes(model=axis(model), devices=axis(devices),
+                     mem_limit_bytes=None if limits is None else tuple(float(_bytes(m, "mem_limit")) for m in limits),
+                     seq_len=axis(seq_len), micro_batch=axis(micro_batch), bandwidth_scale=axis(bandwidth_scale),
+                     compute_scale=axis(compute_scale))
+    if time_limit_s is not None and not (math.isfinite(time_limit_s) and time_limit_s > 0):
+        raise UserError(f"expected a positive number of seconds or None, got {time_limit_s!r}", field="time_limit_s")
+    return _sweep(hw, axes, space or SearchSpace(**space_fields), time_limit_s=time_limit_s,
+                  inter=parse_inter_node(inter_node) if inter_node else None, rel_gap=rel_gap, progress=progress)

@@ -20,6 +20,7 @@ COMMANDS = {
     "profile-hw": "osdp_sim.cli.profile_hw_cmd",
     "calibrate": "osdp_sim.cli.calibrate_cmd",
     "campaign": "osdp_sim.cli.campaign_cmd",
+    "sweep": "osdp_sim.cli.sweep_cmd",
 }
 
 
