@@ -241,12 +241,12 @@ def test_pareto_front_stops_at_its_time_limit():
 def test_fewest_devices_for_the_model_states_is_hand_computed():
     # 46,702,792,704 parameters x 16 B (fp32 param + grad + AdamW m, v) = 747.24 GB; a 39 GiB limit
     # on a100x8 (context 0, fragmentation 5%) leaves 39 GiB / 1.05 = 39.88 GB live: 18.74 -> 19.
-    from osdp_sim.cli.search_cmd import fewest_devices_for_states, states_floor_bytes
+    from osdp_sim.planner.mbbound import fewest_devices_for_states, states_floor_bytes
     spec = load_model("tests/data/hf/mixtral-8x7b-v0.1/config.json")
     hw = load_profile("a100x8")
     assert spec.param_count == 46_702_792_704
-    assert fewest_devices_for_states(spec, hw, SearchSpace(), 39 * 2**30) == 19
-    assert states_floor_bytes(spec, hw, SearchSpace(), 8) == pytest.approx(46_702_792_704 * 16 / 8 * 1.05)
+    assert fewest_devices_for_states(spec, hw, "adamw", 39 * 2**30) == 19
+    assert states_floor_bytes(spec, hw, "adamw", 8) == pytest.approx(46_702_792_704 * 16 / 8 * 1.05)
 
 
 def test_a_model_too_large_for_the_machine_says_how_many_devices_it_needs(capsys):

@@ -11,6 +11,7 @@ from osdp_sim.errors import UserError
 from osdp_sim.fileio import check_writable
 from osdp_sim.planner.bnb import DEFAULT_TIME_LIMIT_S
 from osdp_sim.planner.budget import Budget
+from osdp_sim.planner.mbbound import fewest_devices_for_states, states_floor_bytes
 from osdp_sim.planner.keygraph import GraphCaps
 from osdp_sim.units import format_bytes, parse_bytes
 
@@ -219,8 +220,8 @@ def infeasible_message(spec, hw, limit, space, result, args, deadline: float | N
     least = result.min_peak_memory_bytes
     usable = hw.device.usable_memory_bytes
     exact = result.min_peak_proven
-    devices = fewest_devices_for_states(spec, hw, space, min(limit, usable))
-    states_floor = states_floor_bytes(spec, hw, space, hw.device.count)
+    devices = fewest_devices_for_states(spec, hw, space.optimizer, min(limit, usable))
+    states_floor = states_floor_bytes(spec, hw, space.optimizer, hw.device.count)
     if not exact and states_floor > least:
         least = states_floor             # the fully sharded model states alone: a tighter proven bound
     msg = (f"no plan of {spec.name} fits {format_bytes(limit)} per device on {hw.device.count} devices: "
@@ -267,26 +268,6 @@ def infeasible_message(spec, hw, limit, space, result, args, deadline: float | N
 
 
 MAX_HINT_DEVICES = 65536                  # beyond: the count is said, no plan on that many is searched
-
-
-def states_floor_bytes(spec, hw, space, devices: int) -> float:
-    """A proven lower bound on any plan's peak on `devices`: every parameter's fully sharded model
-    states (costmodel.states), with the profile's allocator margin and context."""
-    from osdp_sim.costmodel.states import state_bytes
-    states = state_bytes(float(spec.param_count), "zero3", devices, space.optimizer).total
-    return states * (1.0 + hw.memory.fragmentation) + hw.memory.context_bytes
-
-
-def fewest_devices_for_states(spec, hw, space, limit_bytes: float) -> int | None:
-    """A proven lower bound on the devices any plan needs: the fewest N whose fully sharded model
-    states (param + grad + optimizer bytes of every parameter over N, costmodel.states) plus the
-    profile's allocator margin and context fit the limit. None: not even infinitely many would."""
-    from osdp_sim.costmodel.states import state_bytes
-    live = (limit_bytes - hw.memory.context_bytes) / (1.0 + hw.memory.fragmentation)
-    per_param = state_bytes(1.0, "zero3", 1, space.optimizer).total
-    if live <= 0:
-        return None
-    return max(1, math.ceil(spec.param_count * per_param / live))
 
 
 def _leanest_on(spec, hw, space, devices: int, deadline: float | None):

@@ -32,7 +32,7 @@ import numpy as np
 from osdp_sim.costmodel.fast import MEM_Q, Config
 from osdp_sim.costmodel.lowering import FWD_KERNELS_PER_GROUP
 from osdp_sim.costmodel.rates import bandwidth_time_s
-from osdp_sim.costmodel.states import compute_bytes
+from osdp_sim.costmodel.states import compute_bytes, state_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
 from osdp_sim.planner.problem import build_problem, group_shape
@@ -179,3 +179,22 @@ def micro_batch_bounds(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace,
     ub = np.where(ok & np.isfinite(ub), ub, 0.0)
     ub = np.where(compute > 0, ub, np.where(ok, np.inf, 0.0))
     return MicroBatchBounds(mbs, ub)
+
+
+def states_floor_bytes(spec: ModelSpec, hw: HardwareProfile, optimizer: str, devices: int) -> float:
+    """A proven lower bound on any plan's peak on `devices`: every parameter's fully sharded model
+    states (costmodel.states), with the profile's allocator margin and context."""
+    states = state_bytes(float(spec.param_count), "zero3", devices, optimizer).total
+    return states * (1.0 + hw.memory.fragmentation) + hw.memory.context_bytes
+
+
+def fewest_devices_for_states(spec: ModelSpec, hw: HardwareProfile, optimizer: str,
+                              limit_bytes: float) -> int | None:
+    """A proven lower bound on the devices any plan needs: the fewest N whose fully sharded model
+    states (param + grad + optimizer bytes of every parameter over N) plus the profile's allocator
+    margin and context fit the limit. None: not even infinitely many would."""
+    live = (limit_bytes - hw.memory.context_bytes) / (1.0 + hw.memory.fragmentation)
+    if live <= 0:
+        return None
+    per_param = state_bytes(1.0, "zero3", 1, optimizer).total
+    return max(1, math.ceil(spec.param_count * per_param / live))

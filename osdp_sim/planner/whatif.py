@@ -11,6 +11,7 @@ from osdp_sim.errors import UserError
 from osdp_sim.hardware.profile import HardwareProfile, LinkSpec
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan import Plan
+from osdp_sim.planner.mbbound import states_floor_bytes
 from osdp_sim.planner.space import SearchSpace
 from osdp_sim.units import format_bytes
 
@@ -239,14 +240,6 @@ def check_axes(axes: SweepAxes) -> None:
                 raise UserError(f"expected positive, finite values, got {v!r}", field=flags[a])
             if a in ("devices", "seq_len", "micro_batch") and v != int(v):
                 raise UserError(f"expected whole numbers, got {v!r}", field=flags[a])
-
-
-def states_floor_bytes(spec: ModelSpec, hw: HardwareProfile, optimizer: str, devices: int) -> float:
-    """A proven lower bound on any plan's peak: every parameter's fully sharded model states, with
-    the profile's allocator margin and context (as osdp-sim search's diagnosis)."""
-    from osdp_sim.costmodel.states import state_bytes
-    states = state_bytes(float(spec.param_count), "zero3", devices, optimizer).total
-    return states * (1.0 + hw.memory.fragmentation) + hw.memory.context_bytes
 
 
 def run_point(spec: ModelSpec, hw: HardwareProfile, limit_bytes: float, space: SearchSpace, coords: dict,
