@@ -252,7 +252,7 @@ def test_profile_hw_tiny_writes_a_loadable_profile(tmp_path, capfd):
                "-o", str(out)])
     assert rc == 0
     err = capfd.readouterr().err
-    assert "collectives n=2" in err                            # rank 0's progress reached stderr
+    assert "collectives intra n=2" in err                      # rank 0's progress reached stderr
     assert _child_pids() == []
     text = out.read_text()
     assert text.startswith("# Measured by: osdp-sim profile-hw --device cpu --nproc 2 --tiny")
@@ -336,3 +336,62 @@ def test_table_times_are_made_non_decreasing_in_message_size():
     # 64 KiB measured 3.9 ms (a hiccup) against 2.0 ms at 256 KiB: it gets 2.0; the rest stay.
     assert monotone_seconds([1.0e-3, 3.9e-3, 2.0e-3, 5.0e-3]) == [1.0e-3, 2.0e-3, 2.0e-3, 5.0e-3]
     assert monotone_seconds([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
+
+
+def test_the_groups_measured_on_several_nodes():
+    from osdp_sim.profiler.collectives import measured_groups
+    one = measured_groups(4, 4)
+    assert [(m.scope, m.group_size, m.groups) for m in one] == [("intra", 2, ((0, 1),)), ("intra", 4, ((0, 1, 2, 3),))]
+    two = {(m.scope, m.group_size): m.groups for m in measured_groups(8, 4)}     # 2 nodes of 4
+    assert two[("inter", 8)] == (tuple(range(8)),)
+    # hybrid sharding's replica all-reduce: one rank per node, every local rank's group at once
+    assert two[("replica", 2)] == ((0, 4), (1, 5), (2, 6), (3, 7))
+    assert set(two) == {("intra", 2), ("intra", 4), ("inter", 8), ("replica", 2)}
+    # one rank per node: the replica groups are the inter ones
+    assert [(m.scope, m.group_size) for m in measured_groups(4, 1)] == [("inter", 2), ("inter", 4)]
+    for m in measured_groups(16, 4):
+        ranks = [r for g in m.groups for r in g]
+        assert len(ranks) == len(set(ranks))                 # a rank is in at most one group of a set
+
+
+def test_profile_hw_on_two_nodes_of_one_host_measures_the_replica_groups(tmp_path):
+    """torchrun with two 'nodes' of two ranks on 127.0.0.1 (gloo): the launch path across nodes,
+    the groups (inside a node, across whole nodes, one rank per node with every local rank's group
+    at once), their scopes and the profile they assemble into. It does not measure a network: the
+    'nodes' share this host's loopback."""
+    import socket
+    import subprocess
+    import sys
+
+    from osdp_sim.costmodel.lowering import replica_all_reduce_s
+    from osdp_sim.hardware.load import load_profile
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "two-nodes.yaml"
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    tail = ["-m", "osdp_sim.cli.main", "profile-hw", "--tiny", "-o", str(out)]
+    procs = [subprocess.Popen(cmd + ["--node-rank", str(r)] + tail, env=env, cwd=root,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    try:
+        errs = [p.communicate(timeout=240)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert all(p.returncode == 0 for p in procs), errs[0][-2000:] + errs[1][-2000:]
+    hw = load_profile(out)
+    assert (hw.device.count, hw.device.per_node) == (4, 2)
+    tables = {(t.op, t.group_size, t.scope) for t in hw.collectives.tables}
+    assert {("all_reduce", 2, "intra"), ("all_reduce", 4, "inter"), ("all_reduce", 2, "replica")} <= tables
+    assert hw.collectives.inter is not None
+    # The cost model takes the replica all-reduce from the replica table, not from the shared link.
+    rep = next(t for t in hw.collectives.tables if t.op == "all_reduce" and t.scope == "replica")
+    big = rep.sizes_bytes[-1]
+    want = hw.collectives.launch_s + hw.collectives.extra_latency_s.get("all_reduce", 0.0) + \
+        1.0 * big / (rep.busbw_bytes_per_s[-1] * hw.collectives.efficiency.get("all_reduce", 1.0))
+    assert replica_all_reduce_s(hw, big, 2, 2, 4) == pytest.approx(want, rel=1e-9)

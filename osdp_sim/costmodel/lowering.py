@@ -9,7 +9,7 @@ Compute is attached to "steps": the work a unit's parameters feed, in forward or
 
 from dataclasses import dataclass
 
-from osdp_sim.costmodel.rates import bandwidth_time_s, collective_time_s, gemm_time_s
+from osdp_sim.costmodel.rates import bandwidth_time_s, collective_time_s, gemm_time_s, has_table
 from osdp_sim.costmodel.states import StateBytes, compute_bytes, reduce_bytes, state_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
@@ -75,6 +75,20 @@ def _scope(n: int, hw: HardwareProfile) -> str:
     return "inter" if n > hw.device.per_node else "intra"
 
 
+def replica_all_reduce_s(hw: HardwareProfile, message_bytes: float, replicas: int, shard: int,
+                         devices: int) -> float:
+    """Hybrid sharding's all-reduce of the sharded gradients across the `replicas` shard groups:
+    one group per position in the shard group, all at once. Across nodes, a measured `replica`
+    table (profile-hw on several nodes: one rank per node, every local rank's group at once)
+    gives each group's bus bandwidth under that concurrency; else the groups on one node share
+    the inter-node link (busbw / the shard-group members per node)."""
+    scope = _scope(devices, hw)
+    if scope == "inter" and has_table(hw, "all_reduce", "replica"):
+        return collective_time_s(hw, "all_reduce", message_bytes, replicas, "replica")
+    sharing = min(shard, hw.device.per_node) if scope == "inter" else 1
+    return collective_time_s(hw, "all_reduce", message_bytes, replicas, scope, sharing)
+
+
 def optimizer_temp_sums(hw: HardwareProfile, optimizer: str) -> bool:
     """Whether the optimizer step's temporaries of all units are live at once. On CUDA tensors
     torch.optim.AdamW defaults to its foreach implementation (_multi_tensor_adam), which computes
@@ -117,10 +131,7 @@ def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: Hardwa
         reduce_s = collective_time_s(hw, "reduce_scatter", params * rb, n, _scope(n, hw))
         kind = "reduce_scatter"
         r = plan.replicas
-        # One replica group per position in the shard group; those on one node share its link.
-        rep_scope = _scope(d, hw)
-        sharing = min(n, hw.device.per_node) if rep_scope == "inter" else 1
-        rep_s = collective_time_s(hw, "all_reduce", params * rb / n, r, rep_scope, sharing) if r > 1 else 0.0
+        rep_s = replica_all_reduce_s(hw, params * rb / n, r, n, d) if r > 1 else 0.0
     return CommUnit(name=name, plan_key=plan_key, strategy=strategy, params=params, states=states,
                     gathered_bytes=params * cb, unsharded_grad_bytes=params * cb,
                     reduce_buffer_bytes=reduce_buffer,

@@ -60,6 +60,11 @@ def _table_for(hw: HardwareProfile, op: str, n: int, scope: str) -> CollectiveTa
     return min(tables, key=lambda t: (abs(math.log(t.group_size) - math.log(n)), t.group_size))
 
 
+def has_table(hw: HardwareProfile, op: str, scope: str) -> bool:
+    """Whether the profile measured `op` for groups of this scope (any group size)."""
+    return any(t.op == op and t.scope == scope for t in hw.collectives.tables)
+
+
 def busbw_bytes_per_s(hw: HardwareProfile, op: str, message_bytes: float, n: int, scope: str) -> float:
     table = _table_for(hw, op, n, scope)
     if table is not None:

@@ -287,8 +287,11 @@ def _check_group(r: "_Reader", path: str, group: int, scope: str, device: Device
     if scope == "intra" and group > device.per_node:
         r.fail(f"{path}.scope", f"a group of {group} cannot fit in one node of {device.per_node} "
                "devices; use scope inter")
-    if scope == "inter" and device.count <= device.per_node:
-        r.fail(f"{path}.scope", f"scope inter needs more than one node, but all {device.count} "
+    if scope == "replica" and group > device.count // device.per_node:
+        r.fail(f"{path}.group_size", f"a replica group has one rank per node: at most "
+               f"{device.count // device.per_node} nodes, got {group}")
+    if scope in ("inter", "replica") and device.count <= device.per_node:
+        r.fail(f"{path}.scope", f"scope {scope} needs more than one node, but all {device.count} "
                "devices are in one node (device.per_node); use scope intra")
 
 

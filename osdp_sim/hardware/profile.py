@@ -8,7 +8,9 @@ from dataclasses import dataclass, field, replace
 
 COLLECTIVE_OPS = ("all_gather", "reduce_scatter", "all_reduce")
 DTYPES = ("fp32", "bf16", "fp16")
-SCOPES = ("intra", "inter")
+# intra: inside one node; inter: a group spanning nodes; replica: one rank per node, measured with
+# every local rank's such group at once (the hybrid-shard replica all-reduce), busbw per group.
+SCOPES = ("intra", "inter", "replica")
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,32 @@ def group_sizes(world: int) -> list[int]:
     return sizes + [world] if world >= 2 else []
 
 
+@dataclass(frozen=True)
+class MeasuredGroups:
+    """The process groups of one size that profile-hw measures at once, and their scope.
+    intra: ranks 0..g-1 inside node 0; inter: ranks 0..g-1 over whole nodes (a shard group
+    spanning nodes); replica: one rank per node over the first g nodes, one such group per local
+    rank, all measured at once (what hybrid sharding's replica all-reduce runs)."""
+
+    scope: str
+    group_size: int
+    groups: tuple[tuple[int, ...], ...]
+
+
+def measured_groups(world: int, per_node: int) -> list[MeasuredGroups]:
+    """Every set of groups to measure, in order; each rank is in at most one group of a set."""
+    nodes = world // per_node
+    out = [MeasuredGroups("intra", g, (tuple(range(g)),)) for g in group_sizes(per_node)]
+    if nodes > 1:
+        out += [MeasuredGroups("inter", k * per_node, (tuple(range(k * per_node)),))
+                for k in group_sizes(nodes)]
+        if per_node > 1:     # with one rank per node the replica groups are the inter ones above
+            out += [MeasuredGroups("replica", k, tuple(tuple(j * per_node + i for j in range(k))
+                                                         for i in range(per_node)))
+                    for k in group_sizes(nodes)]
+    return out
+
+
 def collective_call(op: str, size_bytes: int, group_size: int, group, device: Device):
     """A no-argument function that runs one collective on zero-filled fp32 buffers (zeros stay
     zeros under repeated sums), and the buffer size S it actually moves."""
@@ -107,7 +133,7 @@ def sweep(device: Device, group, group_size: int, scope: str, sizes: list[int], 
             fn, actual = collective_call(op, size, group_size, group, device)
             t = time_calls(fn, device.sync, collective_repeats(repeats, actual), agree_on_max(group, device))
             p = CollectivePoint(op, group_size, scope, actual, t.median_s, t.spread)
-            progress(f"collectives n={group_size}", i, total, f"{op} {actual} B: {t.median_s * 1e3:.3f} ms, "
+            progress(f"collectives {scope} n={group_size}", i, total, f"{op} {actual} B: {t.median_s * 1e3:.3f} ms, "
                      f"busbw {p.busbw_bytes_per_s / 1e9:.3f} GB/s (spread {t.spread:.1%})")
             points.append(p)
             del fn

@@ -70,7 +70,7 @@ def merge_ranks(per_rank: list[dict]) -> dict:
     by_key: dict[tuple, list[dict]] = {}
     for r in per_rank:
         for p in r["collectives"]:
-            by_key.setdefault((p["op"], p["group_size"], p["size_bytes"]), []).append(p)
+            by_key.setdefault((p["op"], p["group_size"], p["scope"], p["size_bytes"]), []).append(p)
     merged["collectives"] = [_merge_values("", ps) for ps in by_key.values()]
     merged["memory"]["baseline_bytes"] = max(r["memory"]["baseline_bytes"] for r in per_rank)
     merged["wall_s"] = per_rank[0]["wall_s"]

@@ -103,12 +103,16 @@ def measure_rank(cfg: ProfileConfig) -> dict | None:
 
     sizes = collectives.message_sizes(cfg.max_message_bytes, cfg.quick or cfg.tiny)
     coll_points = []
-    for g in collectives.group_sizes(world):
+    for measured in collectives.measured_groups(world, per_node):
         dist.barrier()
-        group = None if g == world else dist.new_group(list(range(g)))   # every rank must call new_group
-        if rank < g:
-            scope = "intra" if g <= per_node else "inter"
-            coll_points += collectives.sweep(dev, group, g, scope, sizes, reps, progress)
+        mine = None
+        for ranks in measured.groups:         # every rank must call new_group for every group
+            group = None if len(ranks) == world else dist.new_group(list(ranks))
+            if rank in ranks:
+                mine = group
+        if any(rank in ranks for ranks in measured.groups):
+            coll_points += collectives.sweep(dev, mine, measured.group_size, measured.scope, sizes, reps,
+                                             progress)
     dist.barrier()
     coll_launch = collectives.measure_collective_launch(dev, None, world, reps)
     progress("collective launch", 1, 1, ", ".join(f"{op} {s * 1e6:.1f} us" for op, s in coll_launch.items()))
