@@ -4,6 +4,7 @@ import json
 
 from osdp_sim.cli.common import add_hw_args, add_model_args, check_plot_path, load_hw, load_spec, positive_int
 from osdp_sim.errors import UserError
+from osdp_sim.jsonformat import stamped
 from osdp_sim.units import format_bytes, format_seconds
 
 HELP = "predict peak memory per device and iteration time of a plan"
@@ -97,12 +98,9 @@ def run(args) -> int:
         plot_step(est, plan, args.plot, title=f"{spec.name} on {hw.name} x{plan.devices}: "
                   f"{est.iteration_time_s * 1e3:.1f} ms per step, peak {est.peak_memory_bytes / 2**30:.2f} GiB")
     if args.json:
-        out = est.to_dict(timeline=args.timeline)
-        out["model"] = spec.name
-        out["hardware"] = hw.name
-        out["devices"] = plan.devices
-        out["params"] = spec.param_count
-        print(json.dumps(out, indent=1))
+        out = dict(est.to_dict(timeline=args.timeline), model=spec.name, hardware=hw.name, devices=plan.devices,
+                   params=spec.param_count)
+        print(json.dumps(stamped("estimate", out), indent=1))
         return 0
     print(format_estimate(spec, hw, plan, est))
     return 0
