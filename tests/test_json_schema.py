@@ -59,11 +59,12 @@ def test_search_json_with_a_plan(feasible):
     assert len(feasible["top"]) == 2 and feasible["why"]
 
 
-@pytest.mark.parametrize("extra,status", [
-    (["--mem-limit", "20MiB", "--no-checkpoint", "--time-limit", "20"], "infeasible"),
+@pytest.mark.parametrize("argv,status", [
+    (TINY + ["--mem-limit", "20MiB", "--no-checkpoint", "--time-limit", "20"], "infeasible"),
+    (["--hw", "titan8", "--model", "mingpt-48l-2048", "--mem-limit", "6GiB", "--time-limit", "2"], "time_limit"),
 ])
-def test_search_json_without_a_plan(extra, status):
-    d = cli_json(["search", *TINY, "--json", *extra], rc_expected=2)
+def test_search_json_without_a_plan(argv, status):
+    d = cli_json(["search", *argv, "--json"], rc_expected=2)
     assert (d["format"], d["version"], d["status"]) == ("osdp-sim/search", 1, status)
     assert "plan" not in d
     assert validate(d) == []

@@ -58,12 +58,12 @@ def planning_limit(limit_bytes: float, usable_bytes: float, headroom: Headroom,
                    field: str = "--headroom") -> tuple[float, float]:
     """(the limit the search plans for, the headroom in bytes): min(limit, usable) less the
     headroom. A headroom that leaves nothing is a UserError naming the flag."""
-    cap = min(float(limit_bytes), float(usable_bytes))
+    cap = min(limit_bytes, usable_bytes)          # as given (a whole number stays one in the JSON)
     room = headroom.bytes_on(cap)
     if room >= cap:
         raise UserError(f"{format_bytes(room)} leaves no memory below the {format_bytes(cap)} limit "
                         f"(min of the limit and the device's usable {format_bytes(usable_bytes)})", field=field)
-    return cap - room, room
+    return (cap - room if room else cap), room
 
 
 def margin_bytes(peak_bytes: float, usable_bytes: float) -> float:
