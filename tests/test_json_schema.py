@@ -59,6 +59,13 @@ def test_search_json_with_a_plan(feasible):
     assert len(feasible["top"]) == 2 and feasible["why"]
 
 
+def test_search_json_stopped_by_the_time_limit_with_a_plan():
+    d = cli_json(["search", "--hw", "titan8", "--model", "mingpt-48l-1536", "--mem-limit", "8GiB",
+                  "--time-limit", "4", "--json"])
+    assert d["status"] == "time_limit" and d["search"]["open_configs"]     # its items checked too
+    assert validate(d) == []
+
+
 @pytest.mark.parametrize("argv,status", [
     (TINY + ["--mem-limit", "20MiB", "--no-checkpoint", "--time-limit", "20"], "infeasible"),
     (["--hw", "titan8", "--model", "mingpt-48l-2048", "--mem-limit", "6GiB", "--time-limit", "2"], "time_limit"),
