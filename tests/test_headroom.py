@@ -133,3 +133,19 @@ def test_the_api_takes_headroom_and_serialises_it_as_the_cli_does():
     assert all(p <= 270 * MiB for p, _, _ in front.points)
     assert front.margin_bytes(front.points[-1][0]) == USABLE - front.points[-1][0]
     assert math.isfinite(front.usable_memory_bytes)
+
+
+def test_zero_in_any_unit_is_no_headroom():
+    assert parse_headroom("0GiB") == parse_headroom("0 MiB") == Headroom()
+
+
+def test_the_report_and_the_infeasible_message_say_the_limit_is_after_the_headroom():
+    rc, out, _ = run_cli(TINY + ["--mem-limit", "400MiB", "--headroom", "10%"])
+    assert rc == 0
+    assert out.splitlines()[1].endswith("limit 360.00 MiB per device (40.00 MiB of headroom kept free below "
+                                        "400.00 MiB)")
+    rc, _, err = run_cli(["search", "--hw", "titan8", "--model", "gpt2-tiny", "--mem-limit", "40MiB",
+                          "--headroom", "10%", "--no-checkpoint", "--micro-batch", "4", "--time-limit", "20"])
+    assert rc == 2
+    line = err.strip().splitlines()[-1]
+    assert "fits 36.00 MiB per device" in line and "(36.00 MiB is the limit less --headroom 4.00 MiB" in line

@@ -192,6 +192,9 @@ def run(args) -> int:
             least = None
         else:
             msg = infeasible_message(spec, hw, limit, space, result, args, budget.deadline)
+            if headroom:
+                msg += (f" ({format_bytes(limit)} is the limit less --headroom {format_bytes(headroom)}; "
+                        "the sizes above are peaks, before any headroom)")
             least = result.min_peak_memory_bytes
         if args.json:
             print(json.dumps(no_plan_to_json(spec, hw, limit, result, msg, min_peak_memory_bytes=least,

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from osdp_sim.errors import UserError
-from osdp_sim.units import format_bytes, parse_bytes
+from osdp_sim.units import _SIZE_RE, format_bytes, parse_bytes
 
 _PERCENT_RE = re.compile(r"^\s*(.+?)\s*%\s*$")
 
@@ -45,7 +45,8 @@ def parse_headroom(value: str | int | float | None, *, field: str = "--headroom"
             if not (math.isfinite(pct) and 0.0 <= pct < 100.0):
                 raise UserError(f"expected a percentage in 0..100 (below 100), got {value!r}", field=field)
             return Headroom(fraction_of_limit=pct / 100.0)
-        if value.strip() in ("0", "0B"):
+        m = _SIZE_RE.match(value)
+        if m and float(m.group(1)) == 0:          # 0, 0B, 0GiB: none (parse_bytes wants a byte at least)
             return NONE
         if value.strip().startswith("-"):
             raise UserError(f"must not be negative, got {value!r}", field=field)

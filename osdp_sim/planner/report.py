@@ -219,7 +219,8 @@ def format_report(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
     plan, est = result.plan, result.estimate
     lines = [f"model      {spec.name} ({spec.param_count / 1e9:.3f} B params, seq {spec.seq_len})",
              f"hardware   {hw.name}: {plan.devices} x {hw.device.name}; limit {format_bytes(mem_limit_bytes)} "
-             f"per device", ""]
+             f"per device" + (f" ({format_bytes(headroom_bytes)} of headroom kept free below "
+                              f"{format_bytes(mem_limit_bytes + headroom_bytes)})" if headroom_bytes else ""), ""]
     lines.append("plan")
     lines += [f"  {s}" for s in summarize_plan(plan)]
     lines.append(f"  {settings_line(plan)}")
