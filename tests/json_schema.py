@@ -138,6 +138,7 @@ ESTIMATE = F(OBJECT, keys={
     "format": TEXT, "version": COUNT, **_PREDICTION,
     "model_flops_per_s_per_device": F(NUMBER, unit="FLOP/s"),
     "model": TEXT, "hardware": TEXT, "devices": COUNT, "params": COUNT,
+    "usable_memory_bytes": BYTES, "margin_bytes": BYTES,
     "timeline": opt(F(ARRAY, items=obj(name=TEXT, stream=TEXT, kind=TEXT, start_s=SECONDS, end_s=SECONDS))),
 })
 

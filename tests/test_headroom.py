@@ -149,3 +149,14 @@ def test_the_report_and_the_infeasible_message_say_the_limit_is_after_the_headro
     assert rc == 2
     line = err.strip().splitlines()[-1]
     assert "fits 36.00 MiB per device" in line and "(36.00 MiB is the limit less --headroom 4.00 MiB" in line
+
+
+def test_estimate_states_the_margin_too():
+    rc, out, _ = run_cli(["estimate", "--hw", "titan8", "--model", "gpt2-tiny", "--strategy", "zero3",
+                          "--micro-batch", "2", "--json"])
+    d = json.loads(out)
+    assert rc == 0 and d["margin_bytes"] == USABLE - d["peak_memory_bytes"] and d["usable_memory_bytes"] == USABLE
+    rc, out, _ = run_cli(["estimate", "--hw", "titan8", "--model", "gpt2-tiny", "--strategy", "zero3",
+                          "--micro-batch", "2"])
+    m = USABLE - d["peak_memory_bytes"]
+    assert out.splitlines()[-1] == f"margin                   {format_bytes(m)} below the 23.00 GiB usable per device ({m / USABLE:.1%})"

@@ -98,8 +98,11 @@ def run(args) -> int:
         plot_step(est, plan, args.plot, title=f"{spec.name} on {hw.name} x{plan.devices}: "
                   f"{est.iteration_time_s * 1e3:.1f} ms per step, peak {est.peak_memory_bytes / 2**30:.2f} GiB")
     if args.json:
+        usable = hw.device.usable_memory_bytes
+        from osdp_sim.planner.headroom import margin_bytes
         out = dict(est.to_dict(timeline=args.timeline), model=spec.name, hardware=hw.name, devices=plan.devices,
-                   params=spec.param_count)
+                   params=spec.param_count, usable_memory_bytes=usable,
+                   margin_bytes=margin_bytes(est.peak_memory_bytes, usable))
         print(json.dumps(stamped("estimate", out), indent=1))
         return 0
     print(format_estimate(spec, hw, plan, est))
@@ -107,6 +110,7 @@ def run(args) -> int:
 
 
 def format_estimate(spec, hw, plan, est) -> str:
+    from osdp_sim.planner.headroom import margin_line
     strategies = sorted({c.label() for c in plan.choices.values()})
     lines = [
         f"model      {spec.name} ({spec.param_count / 1e9:.3f} B params, seq {spec.seq_len})",
@@ -135,5 +139,6 @@ def format_estimate(spec, hw, plan, est) -> str:
               f"throughput               {est.samples_per_s:12.2f} samples/s   {est.tokens_per_s:,.0f} tokens/s",
               f"model FLOP/s per device  {est.model_flops_per_s_per_device / 1e12:12.2f} TFLOP/s   MFU {est.mfu * 100:.1f}%",
               f"fits in device memory    {'yes' if fits else 'NO'} ({format_bytes(est.peak_memory_bytes)} of "
-              f"{format_bytes(hw.device.usable_memory_bytes)} usable)"]
+              f"{format_bytes(hw.device.usable_memory_bytes)} usable)",
+              f"margin                   {margin_line(est.peak_memory_bytes, hw.device.usable_memory_bytes)}"]
     return "\n".join(lines)

@@ -72,8 +72,9 @@ def margin_bytes(peak_bytes: float, usable_bytes: float) -> float:
     return float(usable_bytes) - float(peak_bytes)
 
 
-def margin_line(peak_bytes: float, usable_bytes: float, headroom_bytes: float) -> str:
-    """The report's line, e.g. '1.20 GiB below the 11.55 GiB usable per device (10.4%); headroom asked 0 B'."""
+def margin_line(peak_bytes: float, usable_bytes: float, headroom_bytes: float | None = None) -> str:
+    """The reports' line, e.g. '1.20 GiB below the 11.55 GiB usable per device (10.4%); headroom
+    asked 0 B' (the headroom part only where a headroom could be asked)."""
     m = margin_bytes(peak_bytes, usable_bytes)
-    return (f"{format_bytes(m)} below the {format_bytes(usable_bytes)} usable per device "
-            f"({m / usable_bytes:.1%}); headroom asked {format_bytes(headroom_bytes)}")
+    return (f"{format_bytes(m)} below the {format_bytes(usable_bytes)} usable per device ({m / usable_bytes:.1%})"
+            + ("" if headroom_bytes is None else f"; headroom asked {format_bytes(headroom_bytes)}"))
