@@ -59,6 +59,13 @@ def _bytes(size: str | int | float, field: str) -> int:
     return parse_bytes(size, field=field)
 
 
+def _headroom_limit(limit_bytes: float, hw: HardwareProfile, headroom) -> tuple[float, float]:
+    """(limit searched, headroom bytes): min(limit, usable) less the headroom (planner/headroom.py)."""
+    from osdp_sim.planner.headroom import parse_headroom, planning_limit
+    return planning_limit(limit_bytes, hw.device.usable_memory_bytes, parse_headroom(headroom, field="headroom"),
+                          field="headroom")
+
+
 def uniform_plan(model, hardware, strategy: str = "zero3", *, micro_batch: int = 1,
                  checkpoint: bool = False, **plan_fields) -> Plan:
     """Every group on one strategy (ddp, zero2, zero3), on all of the profile's devices; further
@@ -103,8 +110,9 @@ class PlanSearch:
     message: str
     model: ModelSpec
     hardware: HardwareProfile
-    mem_limit_bytes: float
+    mem_limit_bytes: float               # the limit searched: min(mem_limit, usable) less the headroom
     result: SearchResult
+    headroom_bytes: float = 0.0
 
     @property
     def success(self) -> bool:
@@ -112,28 +120,29 @@ class PlanSearch:
 
     def to_json(self) -> dict:
         """The object `osdp-sim search --json` prints."""
-        from osdp_sim.planner.report import explain, result_to_json
+        from osdp_sim.planner.report import explain, no_plan_to_json, result_to_json
         if self.plan is None:
-            return {"status": self.certificate.status, "model": self.model.name, "hardware": self.hardware.name,
-                    "devices": self.hardware.device.count, "mem_limit_bytes": self.mem_limit_bytes,
-                    "message": self.message}
+            least = None if self.result.status == "time_limit" else self.result.min_peak_memory_bytes
+            return no_plan_to_json(self.model, self.hardware, self.mem_limit_bytes, self.result, self.message,
+                                   min_peak_memory_bytes=least, headroom_bytes=self.headroom_bytes)
         why = explain(self.model, self.hardware, self.plan, self.prediction, self.baselines)
         return result_to_json(self.model, self.hardware, self.mem_limit_bytes, self.result, self.baselines,
-                              explanation=why)
+                              explanation=why, headroom_bytes=self.headroom_bytes)
 
 
 def search(model, hardware, mem_limit: str | int | float, *, time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
            space: SearchSpace | None = None, baselines: bool = True, top_k: int = 1,
-           rel_gap: float = 0.0, **space_fields) -> PlanSearch:
+           rel_gap: float = 0.0, headroom: str | int | float = 0, **space_fields) -> PlanSearch:
     """The plan of highest throughput within `mem_limit` per device, proven optimal within the time
     limit (the whole call's: the search and the baselines), like `osdp-sim search`. The space is
     `space` or SearchSpace(**space_fields) (strategies, splits, checkpoint, micro_batches, ...);
-    a limit above the device's usable memory is capped to it."""
+    a limit above the device's usable memory is capped to it; `headroom` ("2GiB", "10%" of that
+    capped limit, or bytes) is left free below it, as --headroom."""
     from osdp_sim.planner.baselines import all_baselines
     from osdp_sim.planner.bnb import search as _search
     from osdp_sim.planner.budget import Budget
     spec, hw = load_model(model), load_profile(hardware)
-    limit = min(float(_bytes(mem_limit, "mem_limit")), float(hw.device.usable_memory_bytes))
+    limit, room = _headroom_limit(_bytes(mem_limit, "mem_limit"), hw, headroom)
     if time_limit_s is not None and not (math.isfinite(time_limit_s) and time_limit_s > 0):
         raise UserError(f"expected a positive number of seconds or None, got {time_limit_s!r}", field="time_limit_s")
     if space is not None and space_fields:
@@ -145,7 +154,7 @@ def search(model, hardware, mem_limit: str | int | float, *, time_limit_s: float
     if baselines and res.plan is not None:
         found = all_baselines(spec, hw, limit, space, deadline=budget.deadline)
     cert = Certificate(res.status, res.best_bound, res.gap, res.nodes, res.seconds, list(res.open_configs))
-    return PlanSearch(res.plan, res.estimate, found, cert, res.message, spec, hw, limit, res)
+    return PlanSearch(res.plan, res.estimate, found, cert, res.message, spec, hw, limit, res, room)
 
 
 @dataclass
@@ -157,13 +166,19 @@ class Front:
     evaluated: int
     proven: bool
     seconds: float
+    mem_max_bytes: float = math.inf      # the upper end searched (headroom taken off)
+    usable_memory_bytes: float = math.inf
+
+    def margin_bytes(self, peak_bytes: float) -> float:
+        """What a point of peak `peak_bytes` leaves free of the device's usable memory."""
+        return self.usable_memory_bytes - peak_bytes
 
 
 def pareto(model, hardware, *, mem_max: str | int | float | None = None, method: str = "sweep",
            resolution: str | int | float = "64MiB", time_limit_s: float | None = DEFAULT_PARETO_TIME_LIMIT_S,
-           space: SearchSpace | None = None, **space_fields) -> Front:
-    """The exact front up to `mem_max` (default: the device's usable memory), like `osdp-sim
-    pareto`: method "sweep" (exact search() at descending limits, `resolution` apart) or "front"
+           space: SearchSpace | None = None, headroom: str | int | float = 0, **space_fields) -> Front:
+    """The exact front up to `mem_max` (default: the device's usable memory) less `headroom` (as
+    in search()), like `osdp-sim pareto`: method "sweep" (exact search() at descending limits, `resolution` apart) or "front"
     (one pareto_front() pass; slow beyond ~16 blocks)."""
     from osdp_sim.planner.bnb import pareto_front
     from osdp_sim.planner.sweep import non_dominated, sweep_front
@@ -173,8 +188,8 @@ def pareto(model, hardware, *, mem_max: str | int | float | None = None, method:
     if space is not None and space_fields:
         raise UserError("give a SearchSpace or its fields, not both", field="space")
     space = space or SearchSpace(**space_fields)
-    hi = float(hw.device.usable_memory_bytes) if mem_max is None else \
-        min(float(_bytes(mem_max, "mem_max")), float(hw.device.usable_memory_bytes))
+    hi, _ = _headroom_limit(float(hw.device.usable_memory_bytes) if mem_max is None else _bytes(mem_max, "mem_max"),
+                            hw, headroom)
     t0 = time.perf_counter()
     if method == "front":
         res = pareto_front(spec, hw, space, mem_range=(0.0, hi), time_limit_s=time_limit_s)
@@ -182,7 +197,8 @@ def pareto(model, hardware, *, mem_max: str | int | float | None = None, method:
     else:
         step = 0 if resolution in (0, "0", "0B") else _bytes(resolution, "resolution")
         res, proven = sweep_front(spec, hw, space, hi, resolution_bytes=step, total_time_limit_s=time_limit_s)
-    return Front(non_dominated(res.front), len(res.evaluated), proven, time.perf_counter() - t0)
+    return Front(non_dominated(res.front), len(res.evaluated), proven, time.perf_counter() - t0, hi,
+                 float(hw.device.usable_memory_bytes))
 
 
 # ---------------------------------------------------------------- what-if sweeps (osdp-sim sweep)

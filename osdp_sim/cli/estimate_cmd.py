@@ -4,6 +4,7 @@ import json
 
 from osdp_sim.cli.common import add_hw_args, add_model_args, check_plot_path, load_hw, load_spec, positive_int
 from osdp_sim.errors import UserError
+from osdp_sim.jsonformat import stamped
 from osdp_sim.units import format_bytes, format_seconds
 
 HELP = "predict peak memory per device and iteration time of a plan"
@@ -97,18 +98,19 @@ def run(args) -> int:
         plot_step(est, plan, args.plot, title=f"{spec.name} on {hw.name} x{plan.devices}: "
                   f"{est.iteration_time_s * 1e3:.1f} ms per step, peak {est.peak_memory_bytes / 2**30:.2f} GiB")
     if args.json:
-        out = est.to_dict(timeline=args.timeline)
-        out["model"] = spec.name
-        out["hardware"] = hw.name
-        out["devices"] = plan.devices
-        out["params"] = spec.param_count
-        print(json.dumps(out, indent=1))
+        usable = hw.device.usable_memory_bytes
+        from osdp_sim.planner.headroom import margin_bytes
+        out = dict(est.to_dict(timeline=args.timeline), model=spec.name, hardware=hw.name, devices=plan.devices,
+                   params=spec.param_count, usable_memory_bytes=usable,
+                   margin_bytes=margin_bytes(est.peak_memory_bytes, usable))
+        print(json.dumps(stamped("estimate", out), indent=1))
         return 0
     print(format_estimate(spec, hw, plan, est))
     return 0
 
 
 def format_estimate(spec, hw, plan, est) -> str:
+    from osdp_sim.planner.headroom import margin_line
     strategies = sorted({c.label() for c in plan.choices.values()})
     lines = [
         f"model      {spec.name} ({spec.param_count / 1e9:.3f} B params, seq {spec.seq_len})",
@@ -137,5 +139,6 @@ def format_estimate(spec, hw, plan, est) -> str:
               f"throughput               {est.samples_per_s:12.2f} samples/s   {est.tokens_per_s:,.0f} tokens/s",
               f"model FLOP/s per device  {est.model_flops_per_s_per_device / 1e12:12.2f} TFLOP/s   MFU {est.mfu * 100:.1f}%",
               f"fits in device memory    {'yes' if fits else 'NO'} ({format_bytes(est.peak_memory_bytes)} of "
-              f"{format_bytes(hw.device.usable_memory_bytes)} usable)"]
+              f"{format_bytes(hw.device.usable_memory_bytes)} usable)",
+              f"margin                   {margin_line(est.peak_memory_bytes, hw.device.usable_memory_bytes)}"]
     return "\n".join(lines)

@@ -5,8 +5,8 @@ import sys
 from pathlib import Path
 
 from osdp_sim.cli.common import load_hw, load_spec
-from osdp_sim.cli.search_cmd import (add_space_arguments, build_space, cap_to_device, describe_space,
-                                     progress, time_limit_arg)
+from osdp_sim.cli.search_cmd import (add_headroom_argument, add_space_arguments, build_space, cap_to_device,
+                                     describe_space, headroom_limit, progress, time_limit_arg)
 from osdp_sim.errors import UserError
 from osdp_sim.planner.bnb import DEFAULT_PARETO_TIME_LIMIT_S
 from osdp_sim.planner.budget import Budget
@@ -32,6 +32,7 @@ def add_arguments(p) -> None:
                         "search() calls from --mem-max down, each just below the previous optimum's peak")
     p.add_argument("--mem-max", metavar="SIZE", help="upper end of the memory axis searched "
                    "(default: the device's usable memory)")
+    add_headroom_argument(p)
     p.add_argument("--resolution", metavar="SIZE", default="64MiB",
                    help="sweep: step at least this much below the previous limit; front points closer "
                         "together than this may be skipped (default 64MiB; 0 visits every front point)")
@@ -47,6 +48,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from osdp_sim.planner.baselines import UNIFORM, uniform_candidates
     from osdp_sim.planner.bnb import pareto_front
+    from osdp_sim.planner.headroom import margin_line
     from osdp_sim.planner.report import plan_oneline
     from osdp_sim.planner.sweep import non_dominated, sweep_front
     from osdp_sim.viz.pareto import Throughput, best_under, plot_pareto, write_front_csv
@@ -66,10 +68,12 @@ def run(args) -> int:
     hw = load_hw(args)
     spec = load_spec(args)
     space = build_space(args, spec, hw)
-    limits = [cap_to_device(lim, hw) for lim in limits]
+    # (limit searched, headroom taken off it) per --mem-limit: a percentage differs per limit
+    limit_rooms = [headroom_limit(cap_to_device(lim, hw), hw, args.headroom) for lim in limits]
+    limits = [lim for lim, _ in limit_rooms]
 
     hi = parse_bytes(args.mem_max, field="--mem-max") if args.mem_max else float(hw.device.usable_memory_bytes)
-    hi = cap_to_device(hi, hw, "--mem-max")
+    hi, _ = headroom_limit(cap_to_device(hi, hw, "--mem-max"), hw, args.headroom)
     # after the searches: the uniform plans and the plot (matplotlib alone takes about a second)
     share = budget.search_share(min_reserve_s=PLOT_RESERVE_S, share=0.2)
     search_until = None if share is None else budget.deadline - (budget.left() - share)
@@ -107,13 +111,13 @@ def run(args) -> int:
     if front:
         print(f"  from {format_bytes(front[0][0])} at {front[0][1]:.2f} samples/s "
               f"to {format_bytes(front[-1][0])} at {front[-1][1]:.2f} samples/s")
-    for lim in limits:
+    for lim, headroom in limit_rooms:
         best = best_under(front, lim)
         if best is None:
             print(f"  within {format_bytes(lim)}: nothing fits")
         else:
-            print(f"  within {format_bytes(lim)}: {best[1]:.2f} samples/s at {format_bytes(best[0])}: "
-                  f"{plan_oneline(best[2])}")
+            print(f"  within {format_bytes(lim)}: {best[1]:.2f} samples/s at {format_bytes(best[0])}, margin "
+                  f"{margin_line(best[0], hw.device.usable_memory_bytes, headroom)}: {plan_oneline(best[2])}")
     for name, pts in uniform.items():
         pts = [p for p in pts if p[0] <= hi]
         if pts:

@@ -39,10 +39,25 @@ def add_space_arguments(p) -> None:
                    help="hybrid sharding: shard within groups of S devices, replicate across groups")
 
 
+def add_headroom_argument(p) -> None:
+    p.add_argument("--headroom", default="0", metavar="SIZE|PCT%",
+                   help="memory to leave free beyond the predicted peak (which already includes the "
+                        "profile's context and fragmentation margin): a size (2GiB) or a percentage (10%%) of "
+                        "min(limit, the device's usable memory); the search plans for that minimum less it "
+                        "(default 0)")
+
+
+def headroom_limit(limit_bytes: float, hw, text: str) -> tuple[float, float]:
+    """(the limit to search, the headroom in bytes): --mem-limit capped to the device, less --headroom."""
+    from osdp_sim.planner.headroom import parse_headroom, planning_limit
+    return planning_limit(limit_bytes, hw.device.usable_memory_bytes, parse_headroom(text))
+
+
 def add_arguments(p) -> None:
     add_space_arguments(p)
     p.add_argument("--mem-limit", required=True, metavar="SIZE",
                    help="peak memory limit per device, e.g. 8GiB, 16GB, 12000MiB")
+    add_headroom_argument(p)
     p.add_argument("--time-limit", type=float, metavar="S", default=DEFAULT_TIME_LIMIT_S,
                    help="end the command within S seconds (search, baselines and all), with the best plan "
                         f"so far and its proven gap (default {DEFAULT_TIME_LIMIT_S:g}; 0 = run until optimal)")
@@ -154,7 +169,7 @@ def cap_to_device(limit_bytes: float, hw, flag: str = "--mem-limit") -> float:
 def run(args) -> int:
     from osdp_sim.planner.baselines import all_baselines
     from osdp_sim.planner.bnb import search
-    from osdp_sim.planner.report import explain, format_report, result_to_json
+    from osdp_sim.planner.report import explain, format_report, no_plan_to_json, result_to_json
 
     if args.output:
         check_writable(args.output, "-o")        # before the search, not after it
@@ -165,10 +180,10 @@ def run(args) -> int:
     hw = load_hw(args)
     spec = load_spec(args)
     space = build_space(args, spec, hw)
-    limit = cap_to_device(limit, hw)
+    limit, headroom = headroom_limit(cap_to_device(limit, hw), hw, args.headroom)
 
-    progress(f"searching {spec.name} on {hw.device.count} x {hw.device.name} within {format_bytes(limit)}: "
-             f"{describe_space(space, hw)} ...")
+    progress(f"searching {spec.name} on {hw.device.count} x {hw.device.name} within {format_bytes(limit)}"
+             + (f" ({format_bytes(headroom)} headroom left free)" if headroom else "") + f": {describe_space(space, hw)} ...")
     result = search(spec, hw, limit, space, time_limit_s=budget.search_share(), top_k=args.top_k, progress=True,
                     graph_caps=GraphCaps(args.graph_max_keys, args.graph_max_sims), rel_gap=args.gap / 100.0)
     if result.plan is None:
@@ -178,12 +193,13 @@ def run(args) -> int:
             least = None
         else:
             msg = infeasible_message(spec, hw, limit, space, result, args, budget.deadline)
+            if headroom:
+                msg += (f" ({format_bytes(limit)} is the limit less --headroom {format_bytes(headroom)}; "
+                        "the sizes above are peaks, before any headroom)")
             least = result.min_peak_memory_bytes
         if args.json:
-            print(json.dumps({"status": result.status, "model": spec.name, "hardware": hw.name,
-                              "devices": hw.device.count, "mem_limit_bytes": limit,
-                              "min_peak_memory_bytes": least if least is None or math.isfinite(least) else None,
-                              "min_peak_proven": result.min_peak_proven, "message": msg}, indent=1))
+            print(json.dumps(no_plan_to_json(spec, hw, limit, result, msg, min_peak_memory_bytes=least,
+                                             headroom_bytes=headroom), indent=1))
         print(f"osdp-sim search: {msg}", file=sys.stderr)
         return 2
     progress(f"search {result.status} in {result.seconds:.2f} s; evaluating baselines ...")
@@ -195,19 +211,22 @@ def run(args) -> int:
 
     if args.output:
         from osdp_sim.plan import save_plan
-        save_plan(_with_notes(result, spec, hw, limit), args.output)
+        save_plan(_with_notes(result, spec, hw, limit, headroom), args.output)
         progress(f"plan written to {args.output}")
     if args.json:
-        print(json.dumps(result_to_json(spec, hw, limit, result, baselines, explanation=why), indent=1))
+        print(json.dumps(result_to_json(spec, hw, limit, result, baselines, explanation=why,
+                                        headroom_bytes=headroom), indent=1))
     else:
-        print(format_report(spec, hw, limit, result, baselines, explanation=why, top_k=args.top_k))
+        print(format_report(spec, hw, limit, result, baselines, explanation=why, top_k=args.top_k,
+                            headroom_bytes=headroom))
     return 0
 
 
-def _with_notes(result, spec, hw, limit):
+def _with_notes(result, spec, hw, limit, headroom_bytes: float = 0.0):
     from dataclasses import replace
     e = result.estimate
     notes = {"made_by": "osdp-sim search", "hardware": hw.name, "mem_limit_bytes": limit,
+             "headroom_bytes": headroom_bytes,
              "status": result.status, "predicted": {"peak_memory_bytes": e.peak_memory_bytes,
                                                     "iteration_time_s": e.iteration_time_s,
                                                     "samples_per_s": e.samples_per_s}}

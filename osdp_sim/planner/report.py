@@ -2,12 +2,15 @@
 compressed into runs of identical blocks, its prediction, the baselines, the certificate, and why
 it beats uniform ZeRO-3."""
 
+import math
 from dataclasses import replace
 
 from osdp_sim.costmodel import Estimate, estimate
 from osdp_sim.hardware.profile import HardwareProfile
+from osdp_sim.jsonformat import stamped
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan import GroupChoice, Plan, plan_to_dict
+from osdp_sim.planner.headroom import margin_bytes, margin_line
 from osdp_sim.units import format_bytes, format_seconds
 
 BASELINE_ORDER = ("ddp", "zero2", "zero3", "osdp_knapsack")
@@ -165,17 +168,20 @@ def _certificate(result) -> dict:
 
 
 def result_to_json(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, result,
-                   baselines: dict, *, explanation: str | None = None) -> dict:
-    """One JSON-ready object: plan, predicted, baselines, search certificate, top plans, why."""
+                   baselines: dict, *, explanation: str | None = None, headroom_bytes: float = 0.0) -> dict:
+    """One JSON-ready object (format osdp-sim/search, docs/json.md): plan, predicted, baselines,
+    search certificate, top plans, why. mem_limit_bytes is the limit searched (headroom taken off)."""
     plan, est = result.plan, result.estimate
+    usable = hw.device.usable_memory_bytes
     out = {"model": spec.name, "params": spec.param_count, "hardware": hw.name,
            "devices": plan.devices if plan else hw.device.count, "mem_limit_bytes": mem_limit_bytes,
-           "status": result.status}
+           "usable_memory_bytes": usable, "headroom_bytes": headroom_bytes, "status": result.status}
     if plan is not None:
         out["plan"] = plan_to_dict(plan)
         out["plan_summary"] = summarize_plan(plan)
         out["predicted"] = dict(_est_dict(est), micro_batch=plan.micro_batch, grad_accum=plan.grad_accum,
-                                global_batch=plan.global_batch)
+                                global_batch=plan.global_batch,
+                                margin_bytes=margin_bytes(est.peak_memory_bytes, usable))
     else:
         out["min_peak_memory_bytes"] = result.min_peak_memory_bytes
     out["baselines"] = {}
@@ -190,17 +196,31 @@ def result_to_json(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float,
                   for p, e in (result.top or [])]
     if explanation is not None:
         out["why"] = explanation
-    return out
+    return stamped("search", out)
+
+
+def no_plan_to_json(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, result, message: str,
+                    *, min_peak_memory_bytes: float | None, headroom_bytes: float = 0.0) -> dict:
+    """The search --json object when no plan was found (status infeasible or time_limit)."""
+    least = min_peak_memory_bytes
+    return stamped("search", {
+        "status": result.status, "model": spec.name, "hardware": hw.name, "devices": hw.device.count,
+        "mem_limit_bytes": mem_limit_bytes, "usable_memory_bytes": hw.device.usable_memory_bytes,
+        "headroom_bytes": headroom_bytes,
+        "min_peak_memory_bytes": least if least is None or math.isfinite(least) else None,
+        "min_peak_proven": result.min_peak_proven, "message": message})
 
 
 # ---------------------------------------------------------------- text
 
 def format_report(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, result,
-                  baselines: dict, *, explanation: str | None = None, top_k: int = 1) -> str:
+                  baselines: dict, *, explanation: str | None = None, top_k: int = 1,
+                  headroom_bytes: float = 0.0) -> str:
     plan, est = result.plan, result.estimate
     lines = [f"model      {spec.name} ({spec.param_count / 1e9:.3f} B params, seq {spec.seq_len})",
              f"hardware   {hw.name}: {plan.devices} x {hw.device.name}; limit {format_bytes(mem_limit_bytes)} "
-             f"per device", ""]
+             f"per device" + (f" ({format_bytes(headroom_bytes)} of headroom kept free below "
+                              f"{format_bytes(mem_limit_bytes + headroom_bytes)})" if headroom_bytes else ""), ""]
     lines.append("plan")
     lines += [f"  {s}" for s in summarize_plan(plan)]
     lines.append(f"  {settings_line(plan)}")
@@ -212,6 +232,7 @@ def format_report(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
     for k, v in est.memory_breakdown.items():
         if v:
             lines.append(f"  {k:<20} {format_bytes(v):>11}")
+    lines.append(f"margin          {margin_line(est.peak_memory_bytes, hw.device.usable_memory_bytes, headroom_bytes)}")
     tb = est.time_breakdown
     lines += ["", f"iteration time  {format_seconds(est.iteration_time_s):>11}   compute {format_seconds(tb['compute_s'])}, "
               f"communication {format_seconds(tb['communication_s'])} of which exposed "
