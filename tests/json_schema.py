@@ -214,12 +214,35 @@ RECORD = F(OBJECT, keys={
                             stderr_tail=nullable(TEXT))),
 })
 
+# ---------------------------------------------------------------- osdp-sim/sweep
+
+_AXIS = opt(F(ARRAY, items=F((NUMBER, STRING))))
+SWEEP_POINT = F(OBJECT, keys={
+    "model": TEXT, "devices": COUNT, "mem_limit_bytes": BYTES, "seq_len": COUNT, "micro_batch": nullable(COUNT),
+    "bandwidth_scale": F(NUMBER, unit="ratio"), "compute_scale": F(NUMBER, unit="ratio"), "status": TEXT,
+    "samples_per_s": nullable(F(NUMBER, unit="samples/s")), "tokens_per_s": nullable(F(NUMBER, unit="tokens/s")),
+    "peak_memory_bytes": nullable(BYTES), "iteration_time_s": nullable(SECONDS),
+    "gap": nullable(F(NUMBER, unit="fraction")), "best_bound_samples_per_s": nullable(F(NUMBER, unit="samples/s")),
+    "plan": nullable(TEXT),
+    "baselines": F(OBJECT, keys={name: opt(BASELINE) for name in ("ddp", "zero2", "zero3")}),
+    "min_peak_memory_bytes": nullable(BYTES), "min_peak_proven": nullable(FLAG),
+    "seconds": nullable(SECONDS), "message": TEXT,
+})
+SWEEP = F(OBJECT, keys={
+    "format": TEXT, "version": COUNT, "hardware": TEXT,
+    "axes": F(OBJECT, keys={k: _AXIS for k in ("model", "devices", "mem_limit_bytes", "seq_len", "micro_batch",
+                                                "bandwidth_scale", "compute_scale")}),
+    "time_limit_s": nullable(SECONDS), "seconds": SECONDS, "complete": FLAG, "inter_node": nullable(TEXT),
+    "points": F(ARRAY, items=SWEEP_POINT),
+})
+
 # format name -> (schema(s), versions this schema covers)
 FORMATS = {
     "osdp-sim/estimate": ((ESTIMATE,), (1,)),
     "osdp-sim/search": ((SEARCH, SEARCH_NO_PLAN), (1,)),
     "osdp-sim/plan": ((PLAN,), (1, 2)),
     "osdp-sim/record": ((RECORD,), (1, 2)),
+    "osdp-sim/sweep": ((SWEEP,), (1,)),
 }
 
 

@@ -161,3 +161,13 @@ def test_units_follow_the_key_names():
                 elif leaf.endswith("_s"):
                     assert f.unit == "s", (name, path)
     assert numbers > 50
+
+
+def test_sweep_json(capsys):
+    from osdp_sim.cli.main import main
+    rc = main(["sweep", "--hw", "titan8", "--model", "gpt2-tiny", "--mem-limit", "10MiB,1GiB", "--no-split",
+               "--micro-batch", "1,2", "--time-limit", "30", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["format"] == "osdp-sim/sweep"
+    assert {p["status"] for p in out["points"]} == {"infeasible", "optimal"}
+    assert validate(out) == []
