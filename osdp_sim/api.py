@@ -209,13 +209,14 @@ from osdp_sim.planner.whatif import DEFAULT_SWEEP_TIME_LIMIT_S as _SWEEP_TIME_LI
 def sweep(model, hardware, *, devices=None, mem_limit=None, seq_len=None, micro_batch=None,
           bandwidth_scale=None, compute_scale=None, inter_node: str | None = None,
           time_limit_s: float | None = _SWEEP_TIME_LIMIT_S, rel_gap: float = 0.0, space: SearchSpace | None = None,
-          progress=None, **space_fields):
+          progress=None, headroom=None, **space_fields):
     """The best plan (with its certificate) and the uniform baselines at every point of the
     product of the axes, like `osdp-sim sweep`; returns planner.whatif.SweepResult. `model` is one
     model (name, path or ModelSpec) or a list of them; each other axis a value or a list (None:
     not swept); mem_limit sizes as "40GiB" or bytes. inter_node "GBPS[,LATENCY_US]": the link
     between nodes for device counts past one node of a single-node profile. time_limit_s: the
     whole grid's (the CLI's default, planner.whatif.DEFAULT_SWEEP_TIME_LIMIT_S; None: no limit)."""
+    from osdp_sim.planner.headroom import parse_headroom
     from osdp_sim.planner.whatif import SweepAxes, parse_inter_node
     from osdp_sim.planner.whatif import sweep as _sweep
 
@@ -232,4 +233,5 @@ def sweep(model, hardware, *, devices=None, mem_limit=None, seq_len=None, micro_
     if time_limit_s is not None and not (math.isfinite(time_limit_s) and time_limit_s > 0):
         raise UserError(f"expected a positive number of seconds or None, got {time_limit_s!r}", field="time_limit_s")
     return _sweep(hw, axes, space or SearchSpace(**space_fields), time_limit_s=time_limit_s,
-                  inter=parse_inter_node(inter_node) if inter_node else None, rel_gap=rel_gap, progress=progress)
+                  inter=parse_inter_node(inter_node) if inter_node else None, rel_gap=rel_gap, progress=progress,
+                  headroom=parse_headroom(headroom, field="headroom"))

@@ -227,6 +227,7 @@ SWEEP_POINT = F(OBJECT, keys={
     "baselines": F(OBJECT, keys={name: opt(BASELINE) for name in ("ddp", "zero2", "zero3")}),
     "min_peak_memory_bytes": nullable(BYTES), "min_peak_proven": nullable(FLAG),
     "seconds": nullable(SECONDS), "message": TEXT,
+    "headroom_bytes": BYTES, "usable_memory_bytes": nullable(BYTES), "margin_bytes": nullable(BYTES),
 })
 SWEEP = F(OBJECT, keys={
     "format": TEXT, "version": COUNT, "hardware": TEXT,

@@ -178,3 +178,22 @@ def test_api_arguments_are_user_errors_naming_the_field(kwargs, needle):
     from osdp_sim.errors import UserError
     with pytest.raises(UserError, match=needle):
         sweep("gpt2-tiny", "a100x8", **kwargs)
+
+
+def test_headroom_lowers_every_points_search_limit_and_the_margin_is_reported(capsys):
+    from osdp_sim.cli.main import main
+    args = ["sweep", "--hw", "titan8", "--model", "gpt2-tiny", "--mem-limit", "30MiB,1GiB", "--no-split",
+            "--micro-batch", "1", "--json"]
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)["points"]
+    assert main(args + ["--headroom", "10%"]) == 0
+    kept = json.loads(capsys.readouterr().out)["points"]
+    usable = 23 * 2**30
+    for a, b in zip(plain, kept):
+        assert b["mem_limit_bytes"] == a["mem_limit_bytes"]                      # the axis value
+        assert b["headroom_bytes"] == pytest.approx(0.1 * a["mem_limit_bytes"])  # 10% of min(limit, usable)
+        assert b["peak_memory_bytes"] <= 0.9 * a["mem_limit_bytes"]
+        assert b["margin_bytes"] == pytest.approx(usable - b["peak_memory_bytes"])
+    assert kept[0]["samples_per_s"] < plain[0]["samples_per_s"]                 # 27 MiB binds at 30 MiB
+    assert main(args + ["--headroom", "40MiB"]) == 2                            # nothing left at 30 MiB
+    assert "--headroom: 40.00 MiB leaves no memory below the 30.00 MiB limit" in capsys.readouterr().err

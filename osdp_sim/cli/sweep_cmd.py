@@ -6,6 +6,7 @@ import math
 import sys
 
 from osdp_sim.cli.common import check_plot_path, percent
+from osdp_sim.cli.search_cmd import add_headroom_argument
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import check_writable
 from osdp_sim.planner.whatif import DEFAULT_SWEEP_TIME_LIMIT_S, NOT_RUN, SweepAxes
@@ -36,6 +37,7 @@ def add_arguments(p) -> None:
     p.add_argument("--bandwidth-scale", metavar="X[,X...]",
                    help="factors on every intra- and inter-node bus bandwidth (tables included)")
     p.add_argument("--compute-scale", metavar="X[,X...]", help="factors on peak FLOP/s")
+    add_headroom_argument(p)
     p.add_argument("--inter-node", metavar="GBPS[,LATENCY_US]",
                    help="the link between nodes for device counts past one node of a single-node profile "
                         "(busbw per node in GB/s; latency default 20 us); replaces a multi-node profile's")
@@ -132,6 +134,7 @@ def run(args) -> int:
     from osdp_sim.hardware.load import load_profile
     from osdp_sim.planner.whatif import parse_inter_node, sweep
     from osdp_sim.cli.search_cmd import time_limit_arg
+    from osdp_sim.planner.headroom import parse_headroom
 
     if args.csv:
         check_writable(args.csv, "--csv")
@@ -144,7 +147,9 @@ def run(args) -> int:
     space = build_space(args)
     inter = parse_inter_node(args.inter_node) if args.inter_node else None
     hw = load_profile(args.hw)
-    res = sweep(hw, axes, space, time_limit_s=limit_s, inter=inter, rel_gap=args.gap / 100.0, progress=progress)
+    headroom = parse_headroom(args.headroom)
+    res = sweep(hw, axes, space, time_limit_s=limit_s, inter=inter, rel_gap=args.gap / 100.0, progress=progress,
+                headroom=headroom)
     if args.csv:
         write_csv(args.csv, res)
         progress(f"CSV written to {args.csv}")
@@ -198,7 +203,7 @@ def _baseline_cell(b) -> str:
 
 def format_table(res) -> str:
     axes = res.axes.swept()
-    head = [LABELS[a] for a in axes] + ["status", "samples/s", "tokens/s", "peak", "gap", "DDP", "ZeRO-2",
+    head = [LABELS[a] for a in axes] + ["status", "samples/s", "tokens/s", "peak", "margin", "gap", "DDP", "ZeRO-2",
                                         "ZeRO-3", "vs best", "plan"]
     rows = []
     for p in res.points:
@@ -206,14 +211,14 @@ def format_table(res) -> str:
         best_base = max((b.samples_per_s for b in p.baselines.values() if b.feasible), default=None)
         if p.samples_per_s is not None:
             cells += [p.status, f"{p.samples_per_s:.4g}", f"{p.tokens_per_s:,.0f}",
-                      format_bytes(p.peak_memory_bytes), f"{100 * p.gap:.2f}%"]
+                      format_bytes(p.peak_memory_bytes), format_bytes(p.margin_bytes), f"{100 * p.gap:.2f}%"]
         elif p.status == NOT_RUN:
-            cells += ["not run: time limit", "-", "-", "-", "-"]
+            cells += ["not run: time limit", "-", "-", "-", "-", "-"]
         elif p.min_peak_memory_bytes is not None:
             least = format_bytes(p.min_peak_memory_bytes)
-            cells += [p.status, "-", "-", f"needs {least}" if p.min_peak_proven else f"needs >= {least}", "-"]
+            cells += [p.status, "-", "-", f"needs {least}" if p.min_peak_proven else f"needs >= {least}", "-", "-"]
         else:
-            cells += [p.status, "-", "-", "-", "-"]
+            cells += [p.status, "-", "-", "-", "-", "-"]
         cells += [_baseline_cell(p.baselines.get(s)) for s in ("ddp", "zero2", "zero3")]
         cells.append(f"{p.samples_per_s / best_base:.2f}x" if p.samples_per_s and best_base else "-")
         cells.append(short_plan(p.plan) if p.plan is not None else "-")
@@ -226,6 +231,8 @@ def format_table(res) -> str:
     for r in [head] + rows:
         lines.append("  ".join(c.ljust(w) if i in (0, len(r) - 1) or i < len(axes) else c.rjust(w)
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    lines.append("margin: what the plan leaves free of the device's usable memory (its peak already holds the "
+                 "profile's context and fragmentation margin; --headroom keeps more free)")
     lines.append("DDP, ZeRO-2, ZeRO-3: uniform baselines' samples/s at their best batch setting (OOM: the least "
                  "peak any of its plans needs); vs best: the plan over the best of them")
     notes = [(p, p.message) for p in res.points if p.message and p.status != NOT_RUN]

@@ -11,6 +11,8 @@ from osdp_sim.errors import UserError
 from osdp_sim.hardware.profile import HardwareProfile, LinkSpec
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan import Plan
+from osdp_sim.planner.headroom import NONE as NO_HEADROOM
+from osdp_sim.planner.headroom import Headroom, planning_limit
 from osdp_sim.planner.mbbound import states_floor_bytes
 from osdp_sim.planner.space import SearchSpace
 from osdp_sim.units import format_bytes
@@ -100,6 +102,17 @@ class SweepPoint:
     """Time spent on this point (search and baselines)."""
     message: str = ""
     """Notes: a capped limit, the infeasible diagnosis, not run."""
+    headroom_bytes: float = 0.0
+    """--headroom in bytes, kept free: the search's limit is mem_limit_bytes less it."""
+    usable_memory_bytes: float | None = None
+    """The point's device's usable memory (for the margin)."""
+
+    @property
+    def margin_bytes(self) -> float | None:
+        """What the plan leaves free on the device: usable memory less its peak."""
+        if self.peak_memory_bytes is None or self.usable_memory_bytes is None:
+            return None
+        return self.usable_memory_bytes - self.peak_memory_bytes
 
     def coordinates(self, axes: tuple[str, ...]) -> dict:
         return {a: getattr(self, a) for a in axes}
@@ -117,7 +130,9 @@ class SweepPoint:
                 "plan": self.plan_summary or None,
                 "baselines": {k: b.to_dict() for k, b in self.baselines.items()},
                 "min_peak_memory_bytes": finite(self.min_peak_memory_bytes),
-                "min_peak_proven": self.min_peak_proven, "seconds": self.seconds, "message": self.message}
+                "min_peak_proven": self.min_peak_proven, "seconds": self.seconds, "message": self.message,
+                "headroom_bytes": self.headroom_bytes, "usable_memory_bytes": self.usable_memory_bytes,
+                "margin_bytes": self.margin_bytes}
 
 
 @dataclass(frozen=True)
@@ -243,7 +258,7 @@ def check_axes(axes: SweepAxes) -> None:
 
 
 def run_point(spec: ModelSpec, hw: HardwareProfile, limit_bytes: float, space: SearchSpace, coords: dict,
-              time_limit_s: float | None, rel_gap: float = 0.0) -> SweepPoint:
+              time_limit_s: float | None, rel_gap: float = 0.0, headroom: Headroom = NO_HEADROOM) -> SweepPoint:
     """search() and the uniform baselines at one point within time_limit_s (Budget: the search
     first, a reserve for the baselines)."""
     from osdp_sim.planner.baselines import uniform_baselines
@@ -256,11 +271,14 @@ def run_point(spec: ModelSpec, hw: HardwareProfile, limit_bytes: float, space: S
     usable = float(hw.device.usable_memory_bytes)
     if limit_bytes > usable:
         notes.append(f"limit {format_bytes(limit_bytes)} capped to the {format_bytes(usable)} usable per device")
-        limit_bytes = usable
-    res = search(spec, hw, limit_bytes, space, time_limit_s=budget.search_share(), rel_gap=rel_gap)
-    base = uniform_baselines(spec, hw, limit_bytes, space, deadline=budget.deadline)
+    searched, room = planning_limit(limit_bytes, usable, headroom)
+    limit_bytes = min(limit_bytes, usable)
+    if room:
+        notes.append(f"headroom {format_bytes(room)} kept free: searched within {format_bytes(searched)}")
+    res = search(spec, hw, searched, space, time_limit_s=budget.search_share(), rel_gap=rel_gap)
+    base = uniform_baselines(spec, hw, searched, space, deadline=budget.deadline)
     fields = dict(coords, model=spec.name, seq_len=spec.config.seq_len, mem_limit_bytes=limit_bytes,
-                  baselines=base)
+                  baselines=base, headroom_bytes=room, usable_memory_bytes=usable)
     if res.plan is not None:
         e = res.estimate
         return SweepPoint(**fields, status=res.status, samples_per_s=e.samples_per_s,
@@ -275,7 +293,7 @@ def run_point(spec: ModelSpec, hw: HardwareProfile, limit_bytes: float, space: S
         least, proven = res.min_peak_memory_bytes, res.min_peak_proven
         if not proven:
             least = max(least, states_floor_bytes(spec, hw, space.optimizer, hw.device.count))
-        notes.append(f"no plan fits {format_bytes(limit_bytes)}: the least peak is "
+        notes.append(f"no plan fits {format_bytes(searched)}: the least peak is "
                      + (format_bytes(least) if proven else f"at least {format_bytes(least)} (a proven bound)"))
     return SweepPoint(**fields, status=res.status, best_bound_samples_per_s=res.best_bound,
                       min_peak_memory_bytes=least, min_peak_proven=proven,
@@ -307,7 +325,7 @@ def load_models(axes: SweepAxes) -> dict:
 
 def sweep(hw: HardwareProfile, axes: SweepAxes, space: SearchSpace = SearchSpace(), *,
           time_limit_s: float | None = DEFAULT_SWEEP_TIME_LIMIT_S, inter: LinkSpec | None = None,
-          rel_gap: float = 0.0, progress=None) -> SweepResult:
+          rel_gap: float = 0.0, progress=None, headroom: Headroom = NO_HEADROOM) -> SweepResult:
     """Every point of grid(axes) in order, within time_limit_s for the whole grid: each point gets
     an equal share of what is left (at least MIN_POINT_S); points the time does not reach are
     not_run. progress(msg): called after each point, with an estimate of the time left."""
@@ -320,6 +338,10 @@ def sweep(hw: HardwareProfile, axes: SweepAxes, space: SearchSpace = SearchSpace
         progress(f"{len(points_in)} point{'s' if len(points_in) != 1 else ''} on {hw.name}"
                  + (f" within {time_limit_s:g} s" if time_limit_s is not None else "")
                  + (f"; inter-node link from {source}" if source else "") + " ...")
+    for c in points_in:                  # a headroom that leaves nothing: an error before any point runs
+        h = point_hardware(hw, c["devices"], inter, c["bandwidth_scale"], c["compute_scale"])
+        usable = float(h.device.usable_memory_bytes)
+        planning_limit(float(c["mem_limit_bytes"]) if c["mem_limit_bytes"] is not None else usable, usable, headroom)
     deadline = None if time_limit_s is None else t0 + time_limit_s
     out = []
     for i, c in enumerate(points_in):
@@ -335,7 +357,7 @@ def sweep(hw: HardwareProfile, axes: SweepAxes, space: SearchSpace = SearchSpace
         share = None if left is None else min(left, max(MIN_POINT_S, left / (len(points_in) - i)))
         sp = replace(space, devices=c["devices"], shard_groups=None,
                      micro_batches=(c["micro_batch"],) if c["micro_batch"] else space.micro_batches)
-        p = run_point(spec, h, limit, sp, coords, share, rel_gap)
+        p = run_point(spec, h, limit, sp, coords, share, rel_gap, headroom)
         out.append(p)
         if progress is not None:
             progress(_progress_line(i, len(points_in), p, axes, t0, deadline))
