@@ -197,3 +197,18 @@ def test_headroom_lowers_every_points_search_limit_and_the_margin_is_reported(ca
     assert kept[0]["samples_per_s"] < plain[0]["samples_per_s"]                 # 27 MiB binds at 30 MiB
     assert main(args + ["--headroom", "40MiB"]) == 2                            # nothing left at 30 MiB
     assert "--headroom: 40.00 MiB leaves no memory below the 30.00 MiB limit" in capsys.readouterr().err
+
+
+def test_the_apis_sweep_result_serialises_to_the_clis_json(capsys):
+    import osdp_sim
+    from osdp_sim.cli.main import main
+    assert main(["sweep", "--hw", "titan8", "--model", "gpt2-tiny", "--mem-limit", "1GiB", "--no-split",
+                 "--micro-batch", "1,2", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    api = osdp_sim.sweep("gpt2-tiny", "titan8", mem_limit="1GiB", micro_batch=[1, 2], splits=(1,)).to_json()
+    drop = ("seconds",)
+    strip = lambda d: {k: v for k, v in d.items() if k not in drop}         # noqa: E731
+    top = lambda d: {k: v for k, v in strip(d).items() if k != "points"}   # noqa: E731
+    assert top(cli) == top(json.loads(json.dumps(api)))
+    assert [strip(p) for p in cli["points"]] == [strip(p) for p in json.loads(json.dumps(api))["points"]]
+    assert api["format"] == cli["format"] == "osdp-sim/sweep"

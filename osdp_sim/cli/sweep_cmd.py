@@ -14,8 +14,6 @@ from osdp_sim.units import format_bytes, parse_bytes
 
 HELP = "what-if sweeps: the best plan and the baselines across a grid of devices, limits, models and scales"
 
-FORMAT = "osdp-sim/sweep"
-VERSION = 1
 
 LABELS = {"model": "model", "devices": "GPUs", "mem_limit_bytes": "limit", "seq_len": "seq",
           "micro_batch": "mb", "bandwidth_scale": "bw x", "compute_scale": "compute x"}
@@ -165,10 +163,7 @@ def run(args) -> int:
 
 
 def to_json(res) -> dict:
-    return {"format": FORMAT, "version": VERSION, "hardware": res.hardware,
-            "axes": {a: list(getattr(res.axes, a)) for a in res.axes.swept()},
-            "time_limit_s": res.time_limit_s, "seconds": res.seconds, "complete": res.complete,
-            "inter_node": res.inter_node, "points": [p.to_dict() for p in res.points]}
+    return res.to_json()
 
 
 def axis_cell(a: str, v) -> str:

@@ -23,6 +23,7 @@ DEFAULT_SWEEP_TIME_LIMIT_S = 600.0
 # (after the first, none starts with less than half of it).
 MIN_POINT_S = 1.0
 NOT_RUN = "not_run"
+JSON_FORMAT, JSON_VERSION = "osdp-sim/sweep", 1
 
 # The axes in the order the grid (and its table) enumerates them.
 AXES = ("model", "devices", "mem_limit_bytes", "seq_len", "micro_batch", "bandwidth_scale", "compute_scale")
@@ -155,6 +156,13 @@ class SweepResult:
     @property
     def complete(self) -> bool:
         return all(p.status != NOT_RUN for p in self.points)
+
+    def to_json(self) -> dict:
+        """The object `osdp-sim sweep --json` prints (docs/json.md, osdp-sim/sweep)."""
+        return {"format": JSON_FORMAT, "version": JSON_VERSION, "hardware": self.hardware,
+                "axes": {a: list(getattr(self.axes, a)) for a in self.axes.swept()},
+                "time_limit_s": self.time_limit_s, "seconds": self.seconds, "complete": self.complete,
+                "inter_node": self.inter_node, "points": [p.to_dict() for p in self.points]}
 
 
 def parse_inter_node(text: str) -> LinkSpec:
