@@ -134,11 +134,15 @@ _PREDICTION = {
 
 # ---------------------------------------------------------------- osdp-sim/estimate
 
+# How far the profile's numbers go (osdp_sim/hardware/trust.py).
+PROVENANCE = obj(kind=TEXT, runs=nullable(COUNT), time_error=nullable(F(NUMBER, unit="fraction")),
+                 memory_error=nullable(F(NUMBER, unit="fraction")))
+
 ESTIMATE = F(OBJECT, keys={
     "format": TEXT, "version": COUNT, **_PREDICTION,
     "model_flops_per_s_per_device": F(NUMBER, unit="FLOP/s"),
     "model": TEXT, "hardware": TEXT, "devices": COUNT, "params": COUNT,
-    "usable_memory_bytes": BYTES, "margin_bytes": BYTES,
+    "usable_memory_bytes": BYTES, "margin_bytes": BYTES, "provenance": PROVENANCE,
     "timeline": opt(F(ARRAY, items=obj(name=TEXT, stream=TEXT, kind=TEXT, start_s=SECONDS, end_s=SECONDS))),
 })
 
@@ -154,7 +158,7 @@ _LIMITS = {"mem_limit_bytes": BYTES, "usable_memory_bytes": BYTES, "headroom_byt
 
 SEARCH = F(OBJECT, keys={
     "format": TEXT, "version": COUNT, "model": TEXT, "params": COUNT, "hardware": TEXT, "devices": COUNT,
-    **_LIMITS, "status": TEXT, "plan": PLAN, "plan_summary": F(ARRAY, items=TEXT),
+    **_LIMITS, "status": TEXT, "provenance": PROVENANCE, "plan": PLAN, "plan_summary": F(ARRAY, items=TEXT),
     "predicted": F(OBJECT, keys={**_PREDICTION, "micro_batch": COUNT, "grad_accum": COUNT,
                                  "global_batch": COUNT, "margin_bytes": BYTES}),
     "baselines": F(OBJECT, keys={name: opt(BASELINE) for name in ("ddp", "zero2", "zero3", "osdp_knapsack")}),
@@ -171,7 +175,7 @@ SEARCH = F(OBJECT, keys={
 # No plan: status "infeasible" or "time_limit" (exit code 2).
 SEARCH_NO_PLAN = F(OBJECT, keys={
     "format": TEXT, "version": COUNT, "status": TEXT, "model": TEXT, "hardware": TEXT, "devices": COUNT,
-    **_LIMITS, "min_peak_memory_bytes": nullable(BYTES), "min_peak_proven": FLAG, "message": TEXT,
+    **_LIMITS, "provenance": PROVENANCE, "min_peak_memory_bytes": nullable(BYTES), "min_peak_proven": FLAG, "message": TEXT,
 })
 
 # ---------------------------------------------------------------- osdp-sim/record
@@ -234,6 +238,7 @@ SWEEP = F(OBJECT, keys={
     "axes": F(OBJECT, keys={k: _AXIS for k in ("model", "devices", "mem_limit_bytes", "seq_len", "micro_batch",
                                                 "bandwidth_scale", "compute_scale")}),
     "time_limit_s": nullable(SECONDS), "seconds": SECONDS, "complete": FLAG, "inter_node": nullable(TEXT),
+    "provenance": PROVENANCE,
     "points": F(ARRAY, items=SWEEP_POINT),
 })
 

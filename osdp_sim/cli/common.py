@@ -50,6 +50,14 @@ def load_hw(args):
     return hw
 
 
+def warn_if_documented(hw) -> None:
+    """A documented (never measured) profile's one-line warning, on stderr so --json stays clean."""
+    from osdp_sim.hardware.trust import trust_of
+    warning = trust_of(hw).warning()
+    if warning:
+        print(f"osdp-sim: warning: {hw.name}: {warning}", file=sys.stderr, flush=True)
+
+
 def load_spec(args):
     from osdp_sim.model.load import load_model
     return load_model(args.model, seq_len=getattr(args, "seq_len", None))

@@ -2,8 +2,10 @@
 
 import json
 
-from osdp_sim.cli.common import add_hw_args, add_model_args, check_plot_path, load_hw, load_spec, positive_int
+from osdp_sim.cli.common import (add_hw_args, add_model_args, check_plot_path, load_hw, load_spec, positive_int,
+                              warn_if_documented)
 from osdp_sim.errors import UserError
+from osdp_sim.hardware.trust import trust_of
 from osdp_sim.jsonformat import stamped
 from osdp_sim.units import format_bytes, format_seconds
 
@@ -97,12 +99,13 @@ def run(args) -> int:
         from osdp_sim.viz.timeline import plot_step
         plot_step(est, plan, args.plot, title=f"{spec.name} on {hw.name} x{plan.devices}: "
                   f"{est.iteration_time_s * 1e3:.1f} ms per step, peak {est.peak_memory_bytes / 2**30:.2f} GiB")
+    warn_if_documented(hw)              # with the answer, after every input was checked
     if args.json:
         usable = hw.device.usable_memory_bytes
         from osdp_sim.planner.headroom import margin_bytes
         out = dict(est.to_dict(timeline=args.timeline), model=spec.name, hardware=hw.name, devices=plan.devices,
                    params=spec.param_count, usable_memory_bytes=usable,
-                   margin_bytes=margin_bytes(est.peak_memory_bytes, usable))
+                   margin_bytes=margin_bytes(est.peak_memory_bytes, usable), provenance=trust_of(hw).to_json())
         print(json.dumps(stamped("estimate", out), indent=1))
         return 0
     print(format_estimate(spec, hw, plan, est))
@@ -137,6 +140,7 @@ def format_estimate(spec, hw, plan, est) -> str:
     fits = est.peak_memory_bytes <= hw.device.usable_memory_bytes
     lines += ["",
               f"throughput               {est.samples_per_s:12.2f} samples/s   {est.tokens_per_s:,.0f} tokens/s",
+              f"  ({trust_of(hw).line()})",
               f"model FLOP/s per device  {est.model_flops_per_s_per_device / 1e12:12.2f} TFLOP/s   MFU {est.mfu * 100:.1f}%",
               f"fits in device memory    {'yes' if fits else 'NO'} ({format_bytes(est.peak_memory_bytes)} of "
               f"{format_bytes(hw.device.usable_memory_bytes)} usable)",

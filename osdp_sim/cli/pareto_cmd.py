@@ -4,10 +4,11 @@ with every evaluated plan, the uniform baselines and the best plan under each me
 import sys
 from pathlib import Path
 
-from osdp_sim.cli.common import load_hw, load_spec
+from osdp_sim.cli.common import load_hw, load_spec, warn_if_documented
 from osdp_sim.cli.search_cmd import (add_headroom_argument, add_space_arguments, build_space, cap_to_device,
                                      describe_space, headroom_limit, progress, time_limit_arg)
 from osdp_sim.errors import UserError
+from osdp_sim.hardware.trust import trust_of
 from osdp_sim.planner.bnb import DEFAULT_PARETO_TIME_LIMIT_S
 from osdp_sim.planner.budget import Budget
 from osdp_sim.fileio import check_writable
@@ -106,8 +107,10 @@ def run(args) -> int:
     paths = figure.paths
     csv_path = write_front_csv(args.csv or out.with_suffix(".csv"), res.front, plan_oneline)
     front = non_dominated(res.front)
+    warn_if_documented(hw)              # with the answer, after every input was checked
     print(f"Pareto front of {spec.name} on {hw.device.count} x {hw.device.name}: {len(front)} plans, "
           f"{len(res.evaluated):,} evaluated, {res.seconds:.2f} s")
+    print(f"  ({trust_of(hw).line()})")
     if front:
         print(f"  from {format_bytes(front[0][0])} at {front[0][1]:.2f} samples/s "
               f"to {format_bytes(front[-1][0])} at {front[-1][1]:.2f} samples/s")

@@ -6,7 +6,8 @@ import math
 import sys
 import time
 
-from osdp_sim.cli.common import add_hw_args, add_model_args, load_hw, load_spec, percent, positive_int
+from osdp_sim.cli.common import (add_hw_args, add_model_args, load_hw, load_spec, percent, positive_int,
+                              warn_if_documented)
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import check_writable
 from osdp_sim.planner.bnb import DEFAULT_TIME_LIMIT_S
@@ -213,6 +214,7 @@ def run(args) -> int:
         from osdp_sim.plan import save_plan
         save_plan(_with_notes(result, spec, hw, limit, headroom), args.output)
         progress(f"plan written to {args.output}")
+    warn_if_documented(hw)              # with the answer, after every input was checked
     if args.json:
         print(json.dumps(result_to_json(spec, hw, limit, result, baselines, explanation=why,
                                         headroom_bytes=headroom), indent=1))

@@ -5,7 +5,7 @@ import json
 import math
 import sys
 
-from osdp_sim.cli.common import check_plot_path, percent
+from osdp_sim.cli.common import check_plot_path, percent, warn_if_documented
 from osdp_sim.cli.search_cmd import add_headroom_argument
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import check_writable
@@ -155,6 +155,7 @@ def run(args) -> int:
         from osdp_sim.viz.sweep import plot_sweep
         plot_sweep(res, args.plot)
         progress(f"plot written to {args.plot}")
+    warn_if_documented(hw)              # with the answer, after every input was checked
     if args.json:
         print(json.dumps(to_json(res), indent=1))
     else:
@@ -221,6 +222,7 @@ def format_table(res) -> str:
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
     lines = [f"sweep on {res.hardware}: {len(res.points)} points in {res.seconds:.1f} s"
              + (f" (time limit {res.time_limit_s:g} s)" if res.time_limit_s is not None else "")]
+    lines.append(res.trust.line())
     if res.inter_node:
         lines.append(f"inter-node link: {res.inter_node}")
     for r in [head] + rows:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from osdp_sim.costmodel import Estimate, estimate
 from osdp_sim.hardware.profile import HardwareProfile
+from osdp_sim.hardware.trust import trust_of
 from osdp_sim.jsonformat import stamped
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan import GroupChoice, Plan, plan_to_dict
@@ -175,7 +176,8 @@ def result_to_json(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float,
     usable = hw.device.usable_memory_bytes
     out = {"model": spec.name, "params": spec.param_count, "hardware": hw.name,
            "devices": plan.devices if plan else hw.device.count, "mem_limit_bytes": mem_limit_bytes,
-           "usable_memory_bytes": usable, "headroom_bytes": headroom_bytes, "status": result.status}
+           "usable_memory_bytes": usable, "headroom_bytes": headroom_bytes, "status": result.status,
+           "provenance": trust_of(hw).to_json()}
     if plan is not None:
         out["plan"] = plan_to_dict(plan)
         out["plan_summary"] = summarize_plan(plan)
@@ -206,7 +208,7 @@ def no_plan_to_json(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float
     return stamped("search", {
         "status": result.status, "model": spec.name, "hardware": hw.name, "devices": hw.device.count,
         "mem_limit_bytes": mem_limit_bytes, "usable_memory_bytes": hw.device.usable_memory_bytes,
-        "headroom_bytes": headroom_bytes,
+        "headroom_bytes": headroom_bytes, "provenance": trust_of(hw).to_json(),
         "min_peak_memory_bytes": least if least is None or math.isfinite(least) else None,
         "min_peak_proven": result.min_peak_proven, "message": message})
 
@@ -242,7 +244,7 @@ def format_report(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
             lines.append(f"  {kind:<20} {format_seconds(tb[kind + '_s']):>11}   exposed "
                          f"{format_seconds(tb[kind + '_exposed_s'])}")
     lines += ["", f"throughput      {est.samples_per_s:11.2f} samples/s   {est.tokens_per_s:,.0f} tokens/s   "
-              f"MFU {est.mfu:.1%}"]
+              f"MFU {est.mfu:.1%}", f"  ({trust_of(hw).line()})"]
 
     lines += ["", "baselines (each at its own best micro-batch)"]
     rows = [("", "fits", "micro-batch", "checkpoint", "peak memory", "samples/s", "this plan")]

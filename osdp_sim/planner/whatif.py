@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from osdp_sim.errors import UserError
 from osdp_sim.hardware.profile import HardwareProfile, LinkSpec
+from osdp_sim.hardware.trust import Trust, trust_of
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan import Plan
 from osdp_sim.planner.headroom import NONE as NO_HEADROOM
@@ -152,6 +153,8 @@ class SweepResult:
     """Time the sweep took."""
     inter_node: str | None = None
     """Where the inter-node link came from, when some point spans nodes."""
+    trust: Trust = Trust("documented")
+    """How far the profile's numbers go: documented, measured or calibrated (hardware.trust)."""
 
     @property
     def complete(self) -> bool:
@@ -162,7 +165,8 @@ class SweepResult:
         return {"format": JSON_FORMAT, "version": JSON_VERSION, "hardware": self.hardware,
                 "axes": {a: list(getattr(self.axes, a)) for a in self.axes.swept()},
                 "time_limit_s": self.time_limit_s, "seconds": self.seconds, "complete": self.complete,
-                "inter_node": self.inter_node, "points": [p.to_dict() for p in self.points]}
+                "inter_node": self.inter_node, "provenance": self.trust.to_json(),
+                "points": [p.to_dict() for p in self.points]}
 
 
 def parse_inter_node(text: str) -> LinkSpec:
@@ -369,7 +373,7 @@ def sweep(hw: HardwareProfile, axes: SweepAxes, space: SearchSpace = SearchSpace
         out.append(p)
         if progress is not None:
             progress(_progress_line(i, len(points_in), p, axes, t0, deadline))
-    return SweepResult(hw.name, axes, out, time_limit_s, time.perf_counter() - t0, source)
+    return SweepResult(hw.name, axes, out, time_limit_s, time.perf_counter() - t0, source, trust_of(hw))
 
 
 def describe_coords(p: SweepPoint, axes: SweepAxes) -> str:

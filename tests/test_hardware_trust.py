@@ -1,0 +1,45 @@
+"""How much to trust a number: every report says whether its profile is documented, measured or
+calibrated (with its leave-one-plan-out errors), and a documented one warns on stderr only."""
+
+import json
+
+import pytest
+
+from osdp_sim.cli.main import main
+from osdp_sim.hardware.load import load_profile
+from osdp_sim.hardware.trust import trust_of
+
+
+def test_the_shipped_profiles_kinds_and_errors():
+    cal = trust_of(load_profile("cpu-2core-calibrated"))
+    # provenance.calibration of the committed file: 32 runs, leave-one-plan-out time MAPE 0.0658872
+    assert (cal.kind, cal.runs) == ("calibrated", 32)
+    assert cal.time_error == pytest.approx(0.0658872)
+    assert "calibrated on 32 real runs" in cal.line() and "time 6.6%" in cal.line()
+    assert trust_of(load_profile("h200x1-calibrated")).runs == 14
+    assert trust_of(load_profile("cpu-2core")).kind == "measured"
+    for name in ("titan8", "a100x8", "h100x8", "h100-2x8"):
+        assert trust_of(load_profile(name)).kind == "documented"
+        assert trust_of(load_profile(name)).warning() is not None
+    assert cal.warning() is None
+
+
+def test_a_documented_profile_warns_on_stderr_and_json_stays_parseable(capsys):
+    args = ["estimate", "--model", "gpt2-tiny", "--strategy", "zero3", "--micro-batch", "1", "--json"]
+    assert main(args + ["--hw", "titan8"]) == 0
+    got = capsys.readouterr()
+    out = json.loads(got.out)
+    assert out["provenance"] == {"kind": "documented", "runs": None, "time_error": None, "memory_error": None}
+    assert "warning: titan8: the hardware profile is documented" in got.err
+    assert main(args + ["--hw", "cpu-2core-calibrated"]) == 0
+    got = capsys.readouterr()
+    assert json.loads(got.out)["provenance"]["kind"] == "calibrated" and "warning" not in got.err
+
+
+def test_every_report_prints_the_provenance_next_to_throughput(capsys):
+    assert main(["search", "--hw", "cpu-2core", "--model", "gpt2-tiny", "--mem-limit", "1GiB", "--no-split",
+                 "--micro-batch", "1", "--time-limit", "20"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.startswith("throughput"))
+    assert "profile measured on the machine" in lines[i + 1]
