@@ -322,7 +322,3 @@ def _decoder_fields(r: _Reader, arch: Arch, fields: dict, key_of: dict, warned: 
         fields.pop("n_kv_heads", None)      # null means num_attention_heads
     if fields.get("head_size") is None:
         fields.pop("head_size", None)
-
-
-def supported_architectures() -> tuple[str, ...]:
-    return tuple(ARCHITECTURES)
