@@ -52,6 +52,23 @@ def setup(tmp_path_factory):
     return tmp
 
 
+def _run(cmd, timeout_s: float) -> subprocess.CompletedProcess:
+    """subprocess.run in its own process group, all of it killed at the timeout: torchrun's ranks
+    must not outlive a hung launch."""
+    import signal
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def _env():
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
@@ -62,11 +79,11 @@ def test_torchrun_losses_match_single_process(setup):
            str(SCRIPT), "--config", str(tmp / "model" / "config.json"), "--plan",
            str(tmp / "plan.json"), "--data", str(tmp / "corpus.txt"), "--steps", str(STEPS),
            "--log-json", str(tmp / "log.jsonl"), "--save", str(tmp / "ckpt"), "--track-memory"]
-    run = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
+    run = _run(cmd, 240)
     if run.returncode != 0 and "exitcode: -6" in run.stderr:
         # gloo's TCP transport can abort a rank outright (std::terminate, SIGABRT) when a
         # connection drops; as runtime/equivalence.py does, one fresh start, never more.
-        run = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=240)
+        run = _run(cmd, 240)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "checkpointed blocks [0]" in run.stdout
     records = [json.loads(line) for line in (tmp / "log.jsonl").read_text().splitlines()]
@@ -128,7 +145,7 @@ def test_bad_arguments_are_one_line_errors(setup, args, message):
     tmp = setup
     cmd = [sys.executable, str(SCRIPT), "--config", str(tmp / "model"), "--plan",
            str(tmp / "plan.json"), *args]
-    run = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)
+    run = _run(cmd, 60)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1].endswith(message), run.stderr
 

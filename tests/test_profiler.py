@@ -375,14 +375,18 @@ def test_profile_hw_on_two_nodes_of_one_host_measures_the_replica_groups(tmp_pat
            "--master-addr", "127.0.0.1", "--master-port", str(port)]
     tail = ["-m", "osdp_sim.cli.main", "profile-hw", "--tiny", "-o", str(out)]
     procs = [subprocess.Popen(cmd + ["--node-rank", str(r)] + tail, env=env, cwd=root,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) for r in (0, 1)]
     try:
         errs = [p.communicate(timeout=240)[1] for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        import signal
+        for p in procs:          # torchrun and every rank it started: one process group each
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
     assert all(p.returncode == 0 for p in procs), errs[0][-2000:] + errs[1][-2000:]
     hw = load_profile(out)
     assert (hw.device.count, hw.device.per_node) == (4, 2)
