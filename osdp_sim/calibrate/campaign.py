@@ -48,8 +48,9 @@ from osdp_sim.plan.plan import OPTIMIZERS, PRECISIONS, SPLITS, STRATEGIES, Plan
 DEVICES = ("cpu", "cuda")
 BACKENDS = ("fsdp2", "fairscale")
 _TOP = {"name", "hardware", "device", "records_dir", "backend", "warmup", "iters", "threads", "seed",
-        "timeout_s", "plan_defaults", "runs", "description"}
-_RUN = {"model", "nproc", "plans", "repeats", "seq_len"}
+        "timeout_s", "plan_defaults", "runs", "description", "impl"}
+_RUN = {"model", "nproc", "plans", "repeats", "seq_len", "impl"}
+IMPLS = ("osdp", "hf")
 _PLAN = {"strategy", "slices", "groups", "search", "file", "micro_batch", "grad_accum", "checkpoint",
          "precision", "optimizer", "shard_group", "reduce_every_microbatch", "repeats", "name"}
 _PATTERNS = ("default", "root", "attn", "mlp")
@@ -81,6 +82,7 @@ class CampaignRun:
     repeats: int
     seq_len: int | None
     field: str                       # runs[i], for error messages
+    impl: str = "osdp"               # whose model runs: osdp-sim's modules or transformers' (hf)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class Job:
     record_path: Path
     label: str
     field: str                       # runs[i].plans[j]
+    impl: str = "osdp"
 
 
 @dataclass
@@ -139,6 +142,7 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
     iters = _int(data["iters"], "iters", fail, lo=1)
     threads = None if data.get("threads") is None else _int(data["threads"], "threads", fail, lo=1)
     seed = _int(data.get("seed", 0), "seed", fail, lo=0)
+    default_impl = _impl(data.get("impl", "osdp"), "impl", fail)
     timeout = _seconds(data.get("timeout_s", 600), "timeout_s", fail)
     if "description" in data and not isinstance(data["description"], str):
         fail("description", f"expected text, got {data['description']!r}")
@@ -168,11 +172,19 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
         _keys(r, _RUN, ("model", "nproc", "plans"), f, fail)
         model = _text(r["model"], f"{f}.model", fail)
         seq_len = None if r.get("seq_len") is None else _int(r["seq_len"], f"{f}.seq_len", fail, lo=1)
+        impl = _impl(r.get("impl", default_impl), f"{f}.impl", fail)
         try:
-            # runs execute the runtime's own modules: a model they cannot build fails here, once
-            check_runtime_buildable(load_model_config(model, seq_len=seq_len, notes=[]))
+            cfg = load_model_config(model, seq_len=seq_len, notes=[])
+            if impl == "hf":
+                # transformers builds the model from the config.json the description came from
+                from osdp_sim.cli.validate_cmd import check_transformers, hf_config_path
+                check_transformers(field=f"{f}.impl")
+                hf_config_path(cfg)
+            else:
+                # the runtime's own modules: a model they cannot build fails here, once
+                check_runtime_buildable(cfg)
         except UserError as e:
-            fail(f"{f}.model", str(e).split(": ", 1)[-1])
+            fail(e.field if e.field and e.field.startswith(f) else f"{f}.model", str(e).split(": ", 1)[-1])
         nproc = _int(r["nproc"], f"{f}.nproc", fail, lo=1)
         repeats = _int(r.get("repeats", 1), f"{f}.repeats", fail, lo=1)
         plans_raw = r["plans"]
@@ -188,11 +200,17 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
             spec = {**defaults, **p}
             _check_plan_spec(spec, pf, fail)
             plans.append(spec)
-        runs.append(CampaignRun(model, nproc, tuple(plans), repeats, seq_len, f))
+        runs.append(CampaignRun(model, nproc, tuple(plans), repeats, seq_len, f, impl))
     return Campaign(name=name, source=source, hardware=hardware,
                     device=device, records_dir=Path(_text(data["records_dir"], "records_dir", fail)),
                     backend=backend, warmup=warmup, iters=iters, threads=threads, seed=seed,
                     timeout_s=float(timeout), runs=tuple(runs))
+
+
+def _impl(v, fld: str, fail) -> str:
+    if v not in IMPLS:
+        fail(fld, f"expected one of {', '.join(IMPLS)}, got {_short(v)}")
+    return v
 
 
 def _check_plan_spec(p: dict, f: str, fail) -> None:
@@ -418,27 +436,29 @@ def plan_jobs(c: Campaign, *, hw=None) -> list[Job]:
             for k in range(repeats):
                 seed = c.seed + k
                 name = expected_record_name(plan, backend=c.backend, device=c.device, world=run.nproc,
-                                            threads=threads, warmup=c.warmup, iters=c.iters, seed=seed)
+                                            threads=threads, warmup=c.warmup, iters=c.iters, seed=seed,
+                                            impl=run.impl)
                 path = c.records_dir / f"n{run.nproc}" / name
                 if path in seen:
                     continue
                 seen.add(path)
                 from osdp_sim.calibrate.runs import plan_label
                 jobs.append(Job(run.model, run.nproc, plan, seed, k, path,
-                                f"{run.model} n{run.nproc} {spec.get('name') or plan_label(plan)}"
-                                + (f" (repeat {k + 1}/{repeats})" if repeats > 1 else ""), fld))
+                                f"{run.model}{' (hf)' if run.impl == 'hf' else ''} n{run.nproc} "
+                                f"{spec.get('name') or plan_label(plan)}"
+                                + (f" (repeat {k + 1}/{repeats})" if repeats > 1 else ""), fld, run.impl))
     return jobs
 
 
 def expected_record_name(plan: Plan, *, backend: str, device: str, world: int, threads: int, warmup: int,
-                         iters: int, seed: int) -> str:
+                         iters: int, seed: int, impl: str = "osdp") -> str:
     """The file name `osdp-sim validate --records-dir` gives this run's record (records.record_name)."""
     from osdp_sim.plan import plan_to_dict
     from osdp_sim.records import record_name
     return record_name({"plan": plan_to_dict(plan), "model": {"name": plan.model.name},
                         "env": {"backend": backend, "device_kind": device, "world_size": world,
                                 "threads_per_rank": threads},
-                        "settings": {"warmup": warmup, "iters": iters, "seed": seed}})
+                        "settings": {"warmup": warmup, "iters": iters, "seed": seed}, "impl": impl})
 
 
 def recorded_status(path: Path) -> str | None:
@@ -468,7 +488,8 @@ def validate_command(c: Campaign, job: Job, plan_file: Path, threads: int) -> li
     return [sys.executable, "-m", "osdp_sim.cli.main", "validate", "--plan", str(plan_file),
             "--hw", c.hardware, "--nproc", str(job.nproc), "--device", c.device, "--backend", c.backend,
             "--warmup", str(c.warmup), "--iters", str(c.iters), "--seed", str(job.seed),
-            "--threads", str(threads), "--timeout", f"{c.timeout_s:g}", "-o", str(job.record_path)]
+            "--threads", str(threads), "--timeout", f"{c.timeout_s:g}", "-o", str(job.record_path)] \
+        + (["--impl", job.impl] if job.impl != "osdp" else [])
 
 
 def validate_runner(c: Campaign, job: Job, *, log="stderr", nice: int | None = None,
@@ -626,7 +647,8 @@ def _write_failed_record(c: Campaign, job: Job, threads: int, rc, tail: str) -> 
     record = build_record(status="failed", run_id=new_run_id(), plan=job.plan, hardware_profile=hw_info,
                           env=env, settings={"warmup": c.warmup, "iters": c.iters, "seed": job.seed},
                           rank_results=[None] * job.nproc, predicted=None,
-                          failure={"rank": None, "reason": reason, "exit_code": rc, "stderr_tail": tail})
+                          failure={"rank": None, "reason": reason, "exit_code": rc, "stderr_tail": tail},
+                          impl=job.impl)
     save_record_as(record, job.record_path)
 
 

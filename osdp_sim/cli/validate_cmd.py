@@ -34,6 +34,9 @@ def add_arguments(p) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"),
                    help="where to run (default: the profile's device kind)")
     p.add_argument("--backend", choices=("fsdp2", "fairscale"), default="fsdp2")
+    p.add_argument("--impl", choices=("osdp", "hf"), default="osdp",
+                   help="whose model runs: osdp-sim's own modules (default) or transformers' "
+                        "implementation of the --model config.json (hf; needs the extra hf)")
     p.add_argument("--warmup", type=_nonneg_int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--iters", type=positive_int, default=10, help="timed steps (default 10)")
     p.add_argument("--seed", type=_nonneg_int, default=0,
@@ -87,19 +90,57 @@ def _plan(args, hw, nproc_default: int):
         raise UserError(f"--nproc {nproc} but the plan is for {plan.devices} devices; run with --nproc "
                         f"{plan.devices}, or make a plan for {nproc} devices (osdp-sim search ... "
                         f"--gpus {nproc} -o plan.json)", source=args.plan, field="devices")
-    from osdp_sim.model.config import check_runtime_buildable
-    check_runtime_buildable(plan.model, source=args.plan or args.model)
+    if args.impl == "hf":
+        hf_config_path(plan.model, source=args.plan or args.model)
+    else:
+        from osdp_sim.model.config import check_runtime_buildable
+        check_runtime_buildable(plan.model, source=args.plan or args.model)
     return plan
 
 
-def predict(plan, hw) -> dict | None:
+def hf_config_path(cfg, source: str | None = None) -> str:
+    """The config.json a model description was read from (its `source`, 'hf:PATH (ARCH)'), as an
+    absolute path: what --impl hf builds transformers' model from."""
+    import re
+    m = re.fullmatch(r"hf:(.+) \((\w+)\)", cfg.source or "")
+    if not m:
+        raise UserError(f"--impl hf runs transformers' implementation of a Hugging Face config.json; "
+                        f"model {cfg.name!r} did not come from one (source {cfg.source or 'unknown'!r})",
+                        source=source, field="--impl")
+    path = os.path.abspath(m.group(1))
+    if not os.path.isfile(path):
+        raise UserError(f"the model's config.json {path} is not there (--impl hf builds the model "
+                        "from it)", source=source, field="model.source")
+    return path
+
+
+def check_transformers(field: str = "--impl") -> None:
+    import importlib.util
+    if importlib.util.find_spec("transformers") is None:
+        raise UserError("--impl hf runs transformers' implementation, and transformers is not "
+                        "installed; install the extra: pip install -e '.[hf]'", field=field)
+
+
+def description_for(cfg, impl: str):
+    """The description the prediction uses: for an hf run, the one of transformers' own saved
+    tensors when the model stage offers it (osdp_sim.model.config.for_implementation)."""
+    if impl == "osdp":
+        return cfg
+    try:
+        from osdp_sim.model.config import for_implementation
+    except ImportError:
+        return cfg
+    return for_implementation(cfg, impl)
+
+
+def predict(plan, hw, impl: str = "osdp") -> dict | None:
     """The cost model's prediction for this plan on the profile (None if it cannot say)."""
     from osdp_sim.costmodel import estimate
     from osdp_sim.model.spec import build_spec
     from osdp_sim.records import predicted_from_estimate
     if hw.device.count != plan.devices:
         hw = hw.with_devices(plan.devices)
-    return predicted_from_estimate(estimate(build_spec(plan.model), hw, plan))
+    return predicted_from_estimate(estimate(build_spec(description_for(plan.model, impl)), hw, plan))
 
 
 # Flags that shape a uniform plan; a plan file fixes all of them (and would silently win).
@@ -116,6 +157,11 @@ def check_args(args) -> None:
                 raise UserError(f"conflicts with --plan: the plan file fixes it; drop {flag} (or run a "
                                 "uniform plan with --strategy instead of --plan)", field=flag)
     check_seconds(args.timeout, "--timeout")
+    if args.impl == "hf":
+        check_transformers()
+        if args.backend != "fsdp2":
+            raise UserError("--impl hf applies the plan with FSDP2 (osdp_sim.runtime.apply); drop "
+                            "--backend fairscale", field="--backend")
     if args.threads and args.threads > _cores():
         # more threads in one rank than cores only oversubscribes; 100000 failed in torch's setup
         raise UserError(f"expected at most {_cores()} (the cores this process may use), got {args.threads}",
@@ -162,12 +208,14 @@ def run(args) -> int:
     if plan.devices > hw.device.count:
         print(f"osdp-sim validate: note: the profile {hw.name!r} describes {hw.device.count} devices; "
               f"predicting for {plan.devices}", file=sys.stderr)
-    predicted = predict(plan, hw)
+    predicted = predict(plan, hw, args.impl)
     ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if torchrun else plan.devices
     threads = args.threads or max(1, launcher.available_cores() // ranks_per_node)
     spec = {"plan": plan_to_dict(plan), "backend": args.backend, "device": device,
             "warmup": args.warmup, "iters": args.iters, "seed": args.seed, "threads_per_rank": threads,
-            "mem_cap_bytes": args.mem_cap, "timeout_s": args.timeout}
+            "mem_cap_bytes": args.mem_cap, "timeout_s": args.timeout, "impl": args.impl}
+    if args.impl == "hf":
+        spec["hf_config"] = hf_config_path(plan.model, source=args.plan or args.model)
     if device == "cpu" and plan.devices * threads > launcher.available_cores() and not torchrun:
         print(f"osdp-sim validate: note: {plan.devices} ranks x {threads} threads on "
               f"{launcher.available_cores()} cores is oversubscribed; times will be noisy and slow "
@@ -217,7 +265,7 @@ def _cause_already_recorded(args, outcome, plan, spec) -> bool:
     from pathlib import Path
     path = Path(args.output) if args.output else Path(args.records_dir) / record_name(
         {"plan": spec["plan"], "model": plan.model.to_dict(), "env": outcome.env,
-         "settings": _settings(args)})
+         "settings": _settings(args), "impl": args.impl})
     try:
         data = load_record(path).data
     except UserError:
@@ -239,7 +287,7 @@ def _write_record(args, outcome, plan, hw_info, spec, predicted):
     record = build_record(status=outcome.status, run_id=outcome.run_id, plan=plan,
                           hardware_profile=hw_info, env=outcome.env, settings=settings,
                           rank_results=outcome.rank_results, predicted=predicted,
-                          failure=outcome.failure)
+                          failure=outcome.failure, impl=args.impl)
     path = save_record_as(record, args.output) if args.output else save_record(record, args.records_dir)
     return record, path
 

@@ -178,8 +178,8 @@ def check_runtime_buildable(cfg: ModelConfig, source: str | None = None) -> None
     gaps = runtime_gaps(cfg)
     if gaps:
         raise UserError(f"the runtime's {cfg.family} modules cannot build this model as it is "
-                        f"({', '.join(gaps)} differ from the built-in structure); running the "
-                        "transformers implementation (--impl hf) is not built yet",
+                        f"({', '.join(gaps)} differ from the built-in structure); run transformers' own "
+                        "implementation of it instead: --impl hf (campaigns: impl: hf)",
                         source=source or cfg.source or cfg.name, field="--model")
 
 

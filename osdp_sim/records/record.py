@@ -31,6 +31,10 @@ TRACKER_CATEGORIES = ("Parameter", "Buffer", "Gradient", "Optstate", "Activation
 
 _TOP_KEYS = ("format", "version", "status", "run_id", "created", "plan", "model", "hardware_profile",
              "env", "settings", "measured", "predicted", "errors", "failure")
+# Optional top-level keys: `impl` (absent means "osdp") says whose model ran: the runtime's own
+# modules ("osdp") or transformers' implementation of a config.json ("hf", validate --impl hf).
+_OPTIONAL_TOP_KEYS = ("impl",)
+IMPLS = ("osdp", "hf")
 _ENV_KEYS = ("torch", "backend", "backend_version", "device_kind", "device_name", "world_size",
              "threads_per_rank", "cores", "oversubscribed", "hostname", "python")
 _SETTINGS_KEYS = ("warmup", "iters", "seed")
@@ -65,6 +69,11 @@ class Record:
         return self.data["measured"]["peak_memory_bytes"]
 
     @property
+    def impl(self) -> str:
+        """Whose model ran: "osdp" (the runtime's own modules) or "hf" (transformers')."""
+        return self.data.get("impl", "osdp")
+
+    @property
     def hardware_profile(self) -> dict:
         return self.data["hardware_profile"]
 
@@ -92,7 +101,7 @@ def time_stats(per_rank_times_s: list[list[float]]) -> dict:
 
 def build_record(*, status: str, run_id: str, plan: Plan, hardware_profile: dict, env: dict,
                  settings: dict, rank_results: list[dict | None], predicted: dict | None,
-                 failure: dict | None = None, created: str | None = None) -> dict:
+                 failure: dict | None = None, created: str | None = None, impl: str = "osdp") -> dict:
     """Assemble a record from the per-rank results the worker writes (see runtime/worker.py).
     `rank_results[r]` is None for a rank that wrote nothing (killed before its first write)."""
     if status not in STATUSES:
@@ -122,9 +131,12 @@ def build_record(*, status: str, run_id: str, plan: Plan, hardware_profile: dict
         errors = {"iteration_time_rel": _rel(predicted.get("iteration_time_s"),
                                              measured["iteration_time_s"]["mean"]),
                   "peak_memory_rel": _rel(predicted.get("peak_memory_bytes"), measured["peak_memory_bytes"])}
+    if impl not in IMPLS:
+        raise ValueError(f"impl {impl!r} not in {IMPLS}")
     return {
         "format": FORMAT,
         "version": VERSION,
+        **({"impl": impl} if impl != "osdp" else {}),
         "status": status,
         "run_id": run_id,
         "created": created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -198,7 +210,9 @@ def record_name(record: dict) -> str:
     h = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
     model = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(record["model"]["name"]))
     cap = f"-cap{s['mem_cap_bytes']}" if s.get("mem_cap_bytes") else ""
-    return (f"{model}-{h}-{env['backend']}-{env['device_kind']}-n{env['world_size']}"
+    impl = record.get("impl", "osdp")
+    tag = "" if impl == "osdp" else f"-{impl}"     # osdp runs keep the names they had before impl
+    return (f"{model}-{h}{tag}-{env['backend']}-{env['device_kind']}-n{env['world_size']}"
             f"-t{env['threads_per_rank']}-w{s['warmup']}-i{s['iters']}-s{s['seed']}{cap}.json")
 
 
@@ -277,8 +291,10 @@ def _check(data, source: str) -> None:
         if key not in data:
             raise err(key, "missing required field")
     for key in data:
-        if key not in _TOP_KEYS:
-            raise err(key, f"unknown field; expected some of {', '.join(_TOP_KEYS)}")
+        if key not in _TOP_KEYS and key not in _OPTIONAL_TOP_KEYS:
+            raise err(key, f"unknown field; expected some of {', '.join(_TOP_KEYS + _OPTIONAL_TOP_KEYS)}")
+    if "impl" in data and data["impl"] not in IMPLS:
+        raise err("impl", f"expected one of {', '.join(IMPLS)}, got {_show(data['impl'])}")
     if not isinstance(data["status"], str) or data["status"] not in STATUSES:
         raise err("status", f"expected one of {', '.join(STATUSES)}, got {_show(data['status'])}")
     ok = data["status"] == "ok"

@@ -177,7 +177,17 @@ def gradient_sync(model, enabled: bool):
         yield
 
 
-def train_step(model, opt, tokens: Tokens, plan, before_micro_step=None):
+def builtin_loss(model, idx, tgt):
+    return model(idx, tgt)
+
+
+def hf_loss(model, idx, tgt):
+    """transformers computes the loss itself from labels (shifted inside for a causal LM), as
+    osdp_sim/runtime/hf_measure.py measures it."""
+    return model(input_ids=idx, labels=idx).loss
+
+
+def train_step(model, opt, tokens: Tokens, plan, before_micro_step=None, loss_fn=builtin_loss):
     """One optimizer step of plan.grad_accum micro-steps; returns the mean loss (a tensor)."""
     total = None
     for m in range(plan.grad_accum):
@@ -186,7 +196,7 @@ def train_step(model, opt, tokens: Tokens, plan, before_micro_step=None):
         last = m == plan.grad_accum - 1
         with gradient_sync(model, plan.reduce_every_microbatch or last):
             idx, tgt = tokens.next()
-            loss = model(idx, tgt)
+            loss = loss_fn(model, idx, tgt)
             (loss / plan.grad_accum).backward()
         d = loss.detach().float()
         total = d if total is None else total + d
@@ -195,7 +205,7 @@ def train_step(model, opt, tokens: Tokens, plan, before_micro_step=None):
     return total / plan.grad_accum
 
 
-def measure_memory_step(model, opt, tokens, plan, device) -> tuple[float, dict]:
+def measure_memory_step(model, opt, tokens, plan, device, loss_fn=builtin_loss) -> tuple[float, dict]:
     """One step under MemTracker; (loss, memory fields). Tracker failures are reported, not fatal."""
     from torch.distributed._tools.mem_tracker import MemTracker
     mem = {"tracker_peak_bytes": None, "tracker_breakdown": None, "tracker_error": None}
@@ -205,7 +215,8 @@ def measure_memory_step(model, opt, tokens, plan, device) -> tuple[float, dict]:
         with tracker:
             # MemTracker refuses a second forward of a module in one context unless its
             # per-module stats are cleared; the global peak survives the reset.
-            loss = train_step(model, opt, tokens, plan, before_micro_step=tracker.reset_mod_stats)
+            loss = train_step(model, opt, tokens, plan, before_micro_step=tracker.reset_mod_stats,
+                              loss_fn=loss_fn)
         snap = tracker.get_tracker_snapshot("peak")
         dev_snap = snap.get(device) or next((v for k, v in snap.items() if k.type == device.type), None)
         if dev_snap:
@@ -217,7 +228,7 @@ def measure_memory_step(model, opt, tokens, plan, device) -> tuple[float, dict]:
             raise
         mem["tracker_error"] = f"{type(e).__name__}: {e}"
         opt.zero_grad(set_to_none=True)      # drop what the failed step accumulated
-        loss = train_step(model, opt, tokens, plan)
+        loss = train_step(model, opt, tokens, plan, loss_fn=loss_fn)
     return float(loss), mem
 
 
@@ -263,10 +274,18 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
         result["env"] = rank_env(torch, device, backend, threads)
         progress(rank, f"started (pid {os.getpid()}, {threads} thread(s), {device})")
 
-        from osdp_sim.runtime.modules import build_model
-        from osdp_sim.runtime.parallelize import apply_plan, make_optimizer
-        model = build_model(plan.model, seed=int(spec["seed"]))
-        model = apply_plan(model, plan, backend=backend, device=device)
+        from osdp_sim.runtime.parallelize import make_optimizer
+        if spec.get("impl", "osdp") == "hf":
+            model = build_hf_model(spec["hf_config"], plan, seed=int(spec["seed"]))
+            from osdp_sim.runtime.apply import apply_plan as apply_to_hf
+            model = apply_to_hf(model, plan, device=device, backend=backend).model
+            loss_fn = hf_loss
+        else:
+            from osdp_sim.runtime.modules import build_model
+            from osdp_sim.runtime.parallelize import apply_plan
+            model = build_model(plan.model, seed=int(spec["seed"]))
+            model = apply_plan(model, plan, backend=backend, device=device)
+            loss_fn = builtin_loss
         opt = make_optimizer(model, plan)
         tokens = Tokens(plan.model, plan.micro_batch, int(spec["seed"]), rank, device)
         fault = parse_fault(rank)
@@ -278,7 +297,7 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
         result["reached"] = {"phase": "warmup", "step": 0}
         for i in range(warmup):
             apply_fault(fault, step, rank)
-            result["losses"].append(float(train_step(model, opt, tokens, plan)))
+            result["losses"].append(float(train_step(model, opt, tokens, plan, loss_fn=loss_fn)))
             result["loss_phases"].append("warmup")
             step += 1
             result["reached"] = {"phase": "warmup", "step": i + 1}
@@ -287,7 +306,7 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
 
         apply_fault(fault, step, rank)
         result["reached"] = {"phase": "memory", "step": 0}
-        loss, mem = measure_memory_step(model, opt, tokens, plan, device)
+        loss, mem = measure_memory_step(model, opt, tokens, plan, device, loss_fn=loss_fn)
         result["memory"].update(mem)
         result["losses"].append(loss)
         result["loss_phases"].append("memory")
@@ -319,7 +338,7 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
             barrier()
             sync()
             t0 = time.perf_counter()
-            loss = train_step(model, opt, tokens, plan)
+            loss = train_step(model, opt, tokens, plan, loss_fn=loss_fn)
             sync()
             barrier()
             t1 = time.perf_counter()
@@ -344,6 +363,19 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
             traceback.print_exc()
     write()
     return result
+
+
+def build_hf_model(config_path: str, plan, *, seed: int):
+    """transformers' model of a config.json, random weights from `seed` (the same on every rank),
+    fp32 master weights (the plan's precision is applied by apply_plan), sdpa attention, the
+    default experts implementation."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+    config = AutoConfig.from_pretrained(config_path)
+    arch = (getattr(config, "architectures", None) or [""])[0]
+    auto = AutoModelForMaskedLM if arch.endswith("ForMaskedLM") else AutoModelForCausalLM
+    torch.manual_seed(seed)
+    return auto.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
 
 
 def rank_env(torch, device, backend: str, threads: int) -> dict:
