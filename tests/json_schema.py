@@ -182,8 +182,8 @@ SEARCH_NO_PLAN = F(OBJECT, keys={
 
 _OPT_NUM = nullable(F(NUMBER))
 RECORD = F(OBJECT, keys={
-    "format": TEXT, "version": COUNT, "status": TEXT, "run_id": TEXT, "created": TEXT, "plan": PLAN,
-    "model": MODEL, "hardware_profile": obj(name=TEXT, path=TEXT),
+    "format": TEXT, "version": COUNT, "impl": opt(TEXT), "status": TEXT, "run_id": TEXT, "created": TEXT,
+    "plan": PLAN, "model": MODEL, "hardware_profile": obj(name=TEXT, path=TEXT),
     "env": F(OBJECT, keys={
         "torch": TEXT, "backend": TEXT, "backend_version": TEXT, "device_kind": TEXT, "device_name": TEXT,
         "world_size": COUNT, "threads_per_rank": COUNT, "cores": COUNT, "oversubscribed": FLAG,

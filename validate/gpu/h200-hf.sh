@@ -17,6 +17,7 @@ else
 fi
 RECORDS="${RECORDS:-${OUT:+$OUT/h200x1-hf}}"
 RECORDS="${RECORDS:-validate/records/h200x1-hf}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # this checkout's osdp_sim, installed or not
 RUN_TIMEOUT_S="${RUN_TIMEOUT_S:-150}"     # per validate command
 WARMUP="${WARMUP:-2}"
 ITERS="${ITERS:-5}"
