@@ -135,7 +135,30 @@ def per_model(rows: list[dict]) -> list[dict]:
     return out
 
 
-def report(folder: str, hw_arg: str, records, rows: list[dict], models: list[dict]) -> str:
+def builtin_comparison(hf_rows: list[dict], osdp_rows: list[dict]) -> list[str]:
+    """The same plan run on the built-in modules (impl osdp records in the folder), beside the hf
+    run: how far apart the two implementations' step times and peaks are."""
+    by_plan: dict[str, list[dict]] = {}
+    for r in osdp_rows:
+        by_plan.setdefault(r["plan_key"], []).append(r)
+    pairs = [(h, by_plan[h["plan_key"]]) for h in hf_rows if h["plan_key"] in by_plan and h["seed"] == 0]
+    if not pairs:
+        return []
+    lines = ["", "## The same plans on the built-in modules", "",
+             "Records of `--impl osdp` runs of the same config.json and plan (the runtime's own modules "
+             "with that structure), beside the hf run.", "",
+             "| model | plan | step time hf | osdp | hf / osdp | peak hf | osdp | hf / osdp | predicted (osdp description) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for h, os_ in pairs:
+        o = os_[0]
+        lines.append(f"| {h['model']} | {h['plan']} | {h['time_s'] * 1e3:.1f} ms | {o['time_s'] * 1e3:.1f} ms | "
+                     f"{h['time_s'] / o['time_s']:.2f} | {_mib(h['mem_bytes'])} | {_mib(o['mem_bytes'])} | "
+                     f"{h['mem_bytes'] / o['mem_bytes']:.3f} | {o['pred_time_s'] * 1e3:.1f} ms, {_mib(o['pred_mem_bytes'])} |")
+    return lines
+
+
+def report(folder: str, hw_arg: str, records, rows: list[dict], models: list[dict],
+           extra: list[str] = ()) -> str:
     mem = [r["mem_err"] for r in rows if r["mem_err"] is not None]
     mem_mean = statistics.fmean(abs(e) for e in mem) if mem else math.nan
     mem_worst = max((abs(e) for e in mem), default=math.nan)
@@ -203,6 +226,7 @@ def report(folder: str, hw_arg: str, records, rows: list[dict], models: list[dic
     for r in failed:
         lines.append(f"| {r.model.name} | {plan_label(r.plan)} | {r.data['settings']['seed']} | "
                      f"{r.status}: {(r.data['failure'] or {}).get('reason', '')[:80]} | | | | | | |")
+    lines += list(extra)
     return "\n".join(lines) + "\n"
 
 
@@ -244,9 +268,11 @@ def main() -> int:
     args = ap.parse_args()
     from osdp_sim.hardware.load import load_profile
     profile = load_profile(args.hw)
-    records = [r for r in load_records([args.records]) if r.impl == "hf"]
+    everything = load_records([args.records])
+    records = [r for r in everything if r.impl == "hf"]
     rows = rows_of(records, profile)
-    body = report(args.records, args.hw, records, rows, per_model(rows))
+    extra = builtin_comparison(rows, rows_of([r for r in everything if r.impl == "osdp"], profile))
+    body = report(args.records, args.hw, records, rows, per_model(rows), extra)
     if args.report:
         write_report(Path(args.report), body)
         print(f"wrote {args.report}")

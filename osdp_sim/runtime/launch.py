@@ -210,12 +210,14 @@ class RunInterrupted(KeyboardInterrupt):
 
 
 def launch(spec: dict, nproc: int, *, timeout_s: float = DEFAULT_TIMEOUT_S, grace_s: float = GRACE_S,
-           run_dir: str | None = None, echo=sys.stderr, extra_env: dict | None = None,
+           run_dir: str | None = None, echo="stderr", extra_env: dict | None = None,
            started_s: float | None = None) -> RunOutcome:
     """Run `spec` (see worker.run_rank) on `nproc` local ranks; always returns an outcome, with
     every rank process (and its children) gone, or raises RunInterrupted on Ctrl-C / SIGTERM.
     `started_s` (time.monotonic()): when the command began, if the timeout covers work before the
-    launch too (the default: from here)."""
+    launch too (the default: from here). `echo`: where rank progress goes ("stderr": sys.stderr
+    as it is at the call, not at import; None: nowhere)."""
+    echo = sys.stderr if echo == "stderr" else echo
     run_id = spec.get("run_id") or new_run_id()
     run_dir = Path(run_dir or tempfile.mkdtemp(prefix=f"osdp-sim-run-{run_id}-"))
     run_dir.mkdir(parents=True, exist_ok=True)
