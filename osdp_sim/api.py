@@ -235,3 +235,28 @@ def sweep(model, hardware, *, devices=None, mem_limit=None, seq_len=None, micro_
     return _sweep(hw, axes, space or SearchSpace(**space_fields), time_limit_s=time_limit_s,
                   inter=parse_inter_node(inter_node) if inter_node else None, rel_gap=rel_gap, progress=progress,
                   headroom=parse_headroom(headroom, field="headroom"))
+
+
+def tune(model, hardware: str, mem_limit: str | int | float, out_dir, *, candidates: int = 3,
+         baselines: int = 2, repeats: int = 1, device: str = "cpu", warmup: int = 2, iters: int = 6,
+         refit: bool = True, time_limit_s: float | None = 1800.0, space: SearchSpace | None = None,
+         **space_fields):
+    """Like `osdp-sim tune` (docs/tune.md): the search's pick, the best plans at other micro-batches
+    and the strongest baselines, each run for real (needs the runtime extra), the measured fastest
+    and the refitted profile, as a calibrate.tune.TuneResult. `hardware` is a profile file or name
+    (the runs need it by name); out_dir keeps records and candidates, so a second call resumes."""
+    from pathlib import Path
+
+    from osdp_sim.calibrate.tune import RunSettings
+    from osdp_sim.calibrate.tune import tune as _tune
+    if not isinstance(hardware, str):
+        raise UserError("give the profile as a file or name: the runs load it themselves", field="hardware")
+    spec, hw = load_model(model), load_profile(hardware)
+    if space is not None and space_fields:
+        raise UserError("give a SearchSpace or its fields, not both", field="space")
+    space = space or SearchSpace(**space_fields)
+    limit = min(float(_bytes(mem_limit, "mem_limit")), float(hw.device.usable_memory_bytes))
+    settings = RunSettings(hardware=hardware, out_dir=Path(out_dir), device=device, warmup=warmup,
+                           iters=iters, repeats=repeats)
+    return _tune(spec, hw, limit, space, settings, k=candidates, baselines=baselines, refit=refit,
+                 time_limit_s=time_limit_s)

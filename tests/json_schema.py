@@ -151,7 +151,8 @@ ESTIMATE = F(OBJECT, keys={
 BASELINE = F(OBJECT, keys={
     "feasible": FLAG, "samples_per_s": nullable(F(NUMBER, unit="samples/s")), "peak_memory_bytes": nullable(BYTES),
     "iteration_time_s": nullable(SECONDS), "micro_batch": nullable(COUNT), "grad_accum": nullable(COUNT),
-    "checkpoint": nullable(TEXT), "note": opt(TEXT), "speedup": opt(F(NUMBER, unit="ratio")),
+    "checkpoint": nullable(TEXT), "shard_group": opt(nullable(COUNT)), "note": opt(TEXT),
+    "speedup": opt(F(NUMBER, unit="ratio")),
 })
 
 _LIMITS = {"mem_limit_bytes": BYTES, "usable_memory_bytes": BYTES, "headroom_bytes": BYTES}
@@ -161,7 +162,8 @@ SEARCH = F(OBJECT, keys={
     **_LIMITS, "status": TEXT, "provenance": PROVENANCE, "plan": PLAN, "plan_summary": F(ARRAY, items=TEXT),
     "predicted": F(OBJECT, keys={**_PREDICTION, "micro_batch": COUNT, "grad_accum": COUNT,
                                  "global_batch": COUNT, "margin_bytes": BYTES}),
-    "baselines": F(OBJECT, keys={name: opt(BASELINE) for name in ("ddp", "zero2", "zero3", "osdp_knapsack")}),
+    "baselines": F(OBJECT, keys={name: opt(BASELINE) for name in (
+        "ddp", "zero2", "zero3", "ddp_per_block", "zero2_per_block", "zero3_per_block", "osdp_knapsack")}),
     "search": obj(status=TEXT, optimal=FLAG, seconds=SECONDS, nodes=COUNT, leaves=COUNT,
                   best_bound=F(NUMBER, unit="samples/s"), gap=F(NUMBER, unit="fraction"), message=TEXT,
                   open_configs=F(ARRAY, items=obj(micro_batch=COUNT, shard_group=COUNT, root=TEXT,

@@ -52,7 +52,8 @@ def test_each_strategy_at_its_own_best_batch_within_the_limit():
     assert b["ddp"].peak_memory_bytes == est("ddp", 1, False).peak_memory_bytes   # the least DDP needs
     assert b["ddp"].to_dict() == {"feasible": False, "samples_per_s": None,
                                   "peak_memory_bytes": b["ddp"].peak_memory_bytes, "iteration_time_s": None,
-                                  "micro_batch": None, "grad_accum": None, "checkpoint": None}
+                                  "micro_batch": None, "grad_accum": None, "checkpoint": None,
+                                  "shard_group": None}
 
 
 def test_global_batch_fixes_accumulation_per_micro_batch():
@@ -84,3 +85,56 @@ def test_nothing_fits_reports_the_least_memory(name):
     assert not b.feasible
     assert b.peak_memory_bytes == min(est(name, mb, ck).peak_memory_bytes for mb in (1, 2, 4)
                                       for ck in (False, True))
+
+
+def _brute_per_block(strategy, lim, mbs=(1, 2, 4)):
+    """Every checkpoint subset at every micro-batch of the uniform strategy: the best that fits."""
+    import itertools
+    from dataclasses import replace
+    best = None
+    for mb in mbs:
+        for ck in itertools.product((False, True), repeat=SPEC.config.n_layers):
+            plan = replace(uniform_plan(SPEC.config, strategy, devices=4, micro_batch=mb), checkpoint=ck)
+            e = estimate(SPEC, HW, plan)
+            if e.peak_memory_bytes <= lim and (best is None or e.samples_per_s > best[0].samples_per_s):
+                best = (e, mb, ck)
+    return best
+
+
+@pytest.mark.parametrize("lim_mib", [60, 70, 76, 80, 1000])
+@pytest.mark.parametrize("name", ["zero2", "zero3"])
+def test_per_block_checkpointing_baseline_is_the_best_uniform_plan_over_checkpoint_subsets(name, lim_mib):
+    from osdp_sim.planner.baselines import per_block_baselines
+    lim = lim_mib * 2**20
+    b = per_block_baselines(SPEC, HW, lim, space())[f"{name}_per_block"]
+    brute = _brute_per_block(name, lim)
+    if brute is None:
+        assert not b.feasible
+        return
+    e, mb, ck = brute
+    assert b.feasible and b.samples_per_s == pytest.approx(e.samples_per_s, rel=1e-9)
+    assert b.peak_memory_bytes <= lim
+    assert {c.strategy for c in b.plan.choices.values()} == {name}
+    assert not any(c.is_split for c in b.plan.choices.values())
+    assert b.shard_group == 4
+    # never worse than the uniform baseline with all-or-nothing checkpointing
+    u = uniform_baselines(SPEC, HW, lim, space())[name]
+    assert not u.feasible or b.samples_per_s >= u.samples_per_s * (1 - 1e-12)
+
+
+def test_per_block_baseline_beats_all_or_nothing_where_some_blocks_suffice():
+    # 76 MiB: zero3 mb 4 fits only with recompute; checkpointing one of gpt2-tiny's blocks is
+    # enough, so the per-block baseline is faster than checkpointing them all.
+    from osdp_sim.planner.baselines import per_block_baselines
+    lim = 76 * 2**20
+    b = per_block_baselines(SPEC, HW, lim, space())["zero3_per_block"]
+    u = uniform_baselines(SPEC, HW, lim, space())["zero3"]
+    assert b.samples_per_s > u.samples_per_s
+    assert 0 < sum(b.plan.checkpoint) < SPEC.config.n_layers
+
+
+def test_per_block_baselines_skipped_when_the_space_fixes_checkpointing():
+    from osdp_sim.planner.baselines import per_block_baselines
+    b = per_block_baselines(SPEC, HW, 1000 * GiB, space(checkpoint=(False,)))
+    assert set(b) == {"ddp_per_block", "zero2_per_block", "zero3_per_block"}
+    assert all(not x.feasible and "fixes checkpointing" in x.note for x in b.values())

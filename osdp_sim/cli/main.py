@@ -21,6 +21,7 @@ COMMANDS = {
     "calibrate": "osdp_sim.cli.calibrate_cmd",
     "campaign": "osdp_sim.cli.campaign_cmd",
     "sweep": "osdp_sim.cli.sweep_cmd",
+    "tune": "osdp_sim.cli.tune_cmd",
 }
 
 

@@ -1,6 +1,8 @@
-"""The uniform baselines a searched plan must beat: DDP, ZeRO-2 and ZeRO-3 (FSDP) on every group
+"""The baselines a searched plan must beat. Uniform: DDP, ZeRO-2 and ZeRO-3 (FSDP) on every group
 and the root, each at its own best batch setting (highest samples/s that fits) and with
-checkpointing on or off for all blocks, as the search space allows."""
+checkpointing on or off for all blocks, as the search space allows. Per block: the same uniform
+strategy with each block checkpointed or not as it pays (what FSDP users run today: torchtitan's
+per-layer checkpointing), found exactly by the search restricted to that strategy, unsplit."""
 
 import time
 from dataclasses import dataclass, field, replace
@@ -30,6 +32,11 @@ class Baseline:
     note: str | None = None                  # e.g. cut or skipped at the command's time limit
 
     @property
+    def shard_group(self) -> int | None:
+        """Devices each parameter is sharded over (the plan's shard group; ddp: all devices)."""
+        return None if self.plan is None else self.plan.shard_size
+
+    @property
     def checkpoint_label(self) -> str:
         if self.plan is None:
             return "-"
@@ -41,6 +48,7 @@ class Baseline:
                 "peak_memory_bytes": self.peak_memory_bytes, "iteration_time_s": self.iteration_time_s,
                 "micro_batch": self.micro_batch, "grad_accum": self.grad_accum,
                 "checkpoint": self.checkpoint_label if self.feasible else None,
+                "shard_group": self.shard_group if self.feasible else None,
                 **({"note": self.note} if self.note else {})}
 
 
@@ -135,6 +143,43 @@ def uniform_baselines(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: flo
     return out
 
 
+PER_BLOCK = {s: f"{s}_per_block" for s in UNIFORM}
+"""Baseline name of each uniform strategy with per-block checkpointing."""
+
+
+def per_block_baselines(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space,
+                        strategies=UNIFORM, *, deadline: float | None = None,
+                        shares_after: int = 0) -> dict[str, Baseline]:
+    """'<strategy>_per_block' -> Baseline: the uniform strategy (root included, no splitting) with
+    every block checkpointed or not as it pays, at the best batch setting: the exact search over
+    that space. Not run (so noted) when the space fixes checkpointing: it is then the uniform
+    baseline. deadline as uniform_baselines; a search stopped by it gives its best plan so far."""
+    from osdp_sim.planner.bnb import search
+    out = {}
+    if len(set(space.checkpoint)) < 2:
+        return {PER_BLOCK[s]: skipped_baseline(PER_BLOCK[s], "the space fixes checkpointing")
+                for s in strategies}
+    for i, s in enumerate(strategies):
+        name = PER_BLOCK[s]
+        left = None
+        if deadline is not None:
+            left = max(0.0, deadline - time.perf_counter()) / (len(strategies) - i + shares_after)
+            if left <= 0.0:
+                out[name] = skipped_baseline(name, "time limit")
+                continue
+        sub = replace(space, strategies=(s,), splits=(1,), root_strategies=(s,))
+        res = search(spec, hw, mem_limit_bytes, sub, time_limit_s=left)
+        note = None if res.status == "optimal" else "cut short at the time limit (best plan found)"
+        if res.plan is None:
+            out[name] = Baseline(name, False, None, res.min_peak_memory_bytes, None, None, None, None,
+                                 None, note=note if res.status == "time_limit" else None)
+            continue
+        p, e = res.plan, res.estimate
+        out[name] = Baseline(name, True, e.samples_per_s, e.peak_memory_bytes, e.iteration_time_s,
+                             p.micro_batch, p.grad_accum, all(p.checkpoint), p, e, note=note)
+    return out
+
+
 def knapsack_baseline(res: KnapsackResult) -> Baseline:
     """The OSDP knapsack DP's plan in the same shape as the uniform baselines."""
     note = "cut short at the time limit (best of the batch settings tried)" if res.cut_short else None
@@ -147,10 +192,12 @@ def knapsack_baseline(res: KnapsackResult) -> Baseline:
 
 def all_baselines(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, *,
                   deadline: float | None = None) -> dict[str, Baseline]:
-    """What a searched plan is compared with: the uniform baselines, then the OSDP knapsack DP,
-    both within the deadline (time.perf_counter()); the DP is skipped, so noted, when none is left."""
+    """What a searched plan is compared with: the uniform baselines, the uniform strategies with
+    per-block checkpointing, then the OSDP knapsack DP, all within the deadline
+    (time.perf_counter()); the DP is skipped, so noted, when none is left."""
     from osdp_sim.planner.knapsack import osdp_knapsack
-    out = uniform_baselines(spec, hw, mem_limit_bytes, space, deadline=deadline, shares_after=1)
+    out = uniform_baselines(spec, hw, mem_limit_bytes, space, deadline=deadline, shares_after=4)
+    out.update(per_block_baselines(spec, hw, mem_limit_bytes, space, deadline=deadline, shares_after=1))
     if deadline is None or time.perf_counter() < deadline:
         out["osdp_knapsack"] = knapsack_baseline(osdp_knapsack(spec, hw, mem_limit_bytes, space, deadline=deadline))
     else:

@@ -1,0 +1,99 @@
+"""osdp-sim tune end to end on 2 gloo ranks: two candidates (the search's pick and the strongest
+baseline), real runs, the measured ranking, one refit; resuming runs nothing twice; a run that
+fails is recorded and the tune says it has no plan instead of crashing."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from osdp_sim.calibrate.tune import choose_candidates, spearman       # noqa: E402
+from osdp_sim.hardware.load import load_profile                        # noqa: E402
+from osdp_sim.model.load import load_model                             # noqa: E402
+from osdp_sim.planner.space import SearchSpace                         # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+HW = str(ROOT / "hwprofiles" / "cpu-2core-calibrated.yaml")
+ARGS = ["--hw", HW, "--model", "gpt2-tiny", "--mem-limit", "80MiB", "--candidates", "1",
+        "--baselines", "1", "--warmup", "1", "--iters", "2", "--refit-starts", "1", "--time-limit", "400"]
+
+
+def _tune(out: Path, *extra, env=None):
+    return subprocess.run([sys.executable, "-m", "osdp_sim.cli.main", "tune", *ARGS, "--out", str(out), *extra],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+def test_candidates_are_the_pick_other_micro_batches_and_distinct_baselines():
+    spec, hw = load_model("gpt2-tiny"), load_profile(HW)
+    cands = choose_candidates(spec, hw, 80 * 2**20, SearchSpace(micro_batches=(1, 2, 3, 4)), k=3, baselines=2)
+    labels = [c.label for c in cands]
+    assert labels[0] == "search pick"
+    assert sum(l.startswith("best at micro-batch") for l in labels) == 2
+    assert len(labels) == 5 and len({json.dumps(c.plan.choices, default=str) + str(c.plan.micro_batch)
+                                     + str(c.plan.checkpoint) for c in cands}) == 5
+    mbs = [c.plan.micro_batch for c in cands if c.label.startswith("best at")]
+    assert cands[0].plan.micro_batch not in mbs
+    pick = cands[0].predicted_samples_per_s
+    assert all(c.predicted_samples_per_s <= pick * (1 + 1e-12) for c in cands)   # the search is exact
+    assert all(c.predicted_peak_bytes <= 80 * 2**20 for c in cands)
+
+
+def test_spearman():
+    assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    assert spearman([1, 2], [1, 2]) is None
+
+
+def test_tune_runs_ranks_refits_and_resumes(tmp_path):
+    out = tmp_path / "tune"
+    r = _tune(out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((out / "tune.json").read_text())
+    assert res["format"] == "osdp-sim/tune" and res["status"] == "measured"
+    assert [m["label"] for m in res["ranking"]].count("search pick") == 1 and len(res["ranking"]) == 2
+    measured = [m["measured_samples_per_s"] for m in res["ranking"]]
+    assert all(m["status"] == "ok" for m in res["ranking"]) and measured == sorted(measured, reverse=True)
+    for m in res["ranking"]:
+        assert m["measured_peak_bytes"] == pytest.approx(m["predicted_peak_bytes"], rel=0.03)
+        assert len(m["records"]) == 1 and Path(m["records"][0]).is_file()
+    from osdp_sim.plan import load_plan, plan_from_dict
+    from osdp_sim.records import load_record
+    best = load_record(res["ranking"][0]["records"][0]).plan      # the measured fastest run's plan
+    assert load_plan(out / "plan.json") == plan_from_dict(res["plan"]) == best
+    prof = load_profile(str(out / "profile.yaml"))
+    cal = prof.provenance["calibration"]
+    assert cal["records"]["count"] == res["refit_runs"] >= 2 + 30   # the tune's runs and the profile's own
+    assert "measured fastest" in r.stdout and "refitted on" in r.stdout
+    assert "campaign tune-gpt2-tiny: run 1/2" in r.stderr            # progress
+
+    again = _tune(out, "--no-refit")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "2 runs, 2 already recorded, 0 to run" in again.stderr
+    assert json.loads((out / "tune.json").read_text())["ranking"] == res["ranking"]
+
+
+def test_failed_runs_are_recorded_and_the_tune_has_no_plan(tmp_path):
+    out = tmp_path / "tune"
+    r = _tune(out, "--no-refit", env={"OSDP_SIM_FAULT": "error:0:0"})
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr.split("campaign")[0]
+    res = json.loads((out / "tune.json").read_text())
+    assert res["status"] == "no_run" and res["plan"] is None
+    assert {m["status"] for m in res["ranking"]} == {"failed"}
+    records = list((out / "records").rglob("*.json"))
+    assert len(records) == 2 and all(json.loads(p.read_text())["status"] == "failed" for p in records)
+    assert not (out / "plan.json").exists()
+
+
+def test_bad_input_is_one_line(tmp_path):
+    r = _tune(tmp_path / "t", "--run-timeout", "nan")
+    assert r.returncode == 2 and "--run-timeout" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "u").mkdir()
+    (tmp_path / "u" / "candidates.json").write_text(json.dumps({"key": {"model": "other"}, "candidates": []}))
+    r = _tune(tmp_path / "u")
+    assert r.returncode == 2 and "candidates.json" in r.stderr and "Traceback" not in r.stderr
