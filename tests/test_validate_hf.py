@@ -168,3 +168,14 @@ def _tiny_record(tmp_path) -> dict:
     return build_record(status="ok", run_id="r", plan=uniform_plan(cfg, "ddp", devices=1, micro_batch=1),
                         hardware_profile={"name": "p", "path": "p"}, env=env,
                         settings={"warmup": 0, "iters": 2, "seed": 0}, rank_results=ranks, predicted=None)
+
+
+def test_gpu_script_parses_and_sourcing_it_runs_nothing():
+    import subprocess
+    script = Path(__file__).resolve().parent.parent / "validate" / "gpu" / "h200-hf.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    out = subprocess.run(["bash", "-c", f"source {script} && declare -F"], capture_output=True,
+                         text=True, env={"PATH": "/usr/bin:/bin", "RECORDS": "/nonexistent"}, timeout=30)
+    assert out.returncode == 0 and "==" not in out.stdout          # no validate run started
+    names = {line.split()[-1] for line in out.stdout.splitlines()}
+    assert {"hf_setup", "hf_llama", "hf_mixtral", "hf_table", "hf_main"} <= names
