@@ -42,7 +42,9 @@ def test_validate_impl_hf_runs_transformers_model_and_records_it(tmp_path, capsy
                "--strategy", "zero3", "--micro-batch", "2", "--precision", "fp32", "--nproc", "2",
                "--threads", "1", "--warmup", "1", "--iters", "2", "--timeout", "240",
                "--records-dir", str(records)])
-    assert rc == 0, capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert f"run        {name} (transformers): 2 ranks" in out
     [path] = list(records.glob("*.json"))
     assert "-hf-fsdp2-cpu-n2-" in path.name
     rec = load_record(path)

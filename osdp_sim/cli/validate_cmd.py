@@ -298,7 +298,8 @@ def format_record(record: dict) -> str:
     plan = record["plan"]
     over = " (oversubscribed)" if env["oversubscribed"] else ""
     lines = [
-        f"run        {record['model']['name']}: {env['world_size']} ranks x {env['threads_per_rank']} "
+        f"run        {record['model']['name']}{' (transformers)' if record.get('impl') == 'hf' else ''}: "
+        f"{env['world_size']} ranks x {env['threads_per_rank']} "
         f"thread(s) on {env['device_kind']} ({env['device_name']}, {env['cores']} cores){over}, "
         f"{env['backend']}, micro-batch {plan['micro_batch']} x accum {plan['grad_accum']}",
         f"steps      {record['settings']['warmup']} warmup + 1 memory + {record['settings']['iters']} timed",
