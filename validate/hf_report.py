@@ -266,6 +266,9 @@ def main() -> int:
     ap.add_argument("--hw", required=True, help="profile to predict with (evaluated, not refitted)")
     ap.add_argument("--report", help="rewrite this markdown file below its marker (else print)")
     args = ap.parse_args()
+    if args.report:
+        from osdp_sim.fileio import check_writable
+        check_writable(args.report, "--report")
     from osdp_sim.hardware.load import load_profile
     profile = load_profile(args.hw)
     everything = load_records([args.records])
