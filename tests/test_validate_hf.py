@@ -181,3 +181,16 @@ def test_gpu_script_parses_and_sourcing_it_runs_nothing():
     assert out.returncode == 0 and "==" not in out.stdout          # no validate run started
     names = {line.split()[-1] for line in out.stdout.splitlines()}
     assert {"hf_setup", "hf_llama", "hf_mixtral", "hf_table", "hf_main"} <= names
+
+
+def test_report_spearman_by_hand():
+    import importlib.util as iu
+    path = Path(__file__).resolve().parent.parent / "validate" / "hf_report.py"
+    spec = iu.spec_from_file_location("hf_report", path)
+    mod = iu.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    # one swapped pair of 4: 1 - 6 * 2 / (4 * 15)
+    assert mod.spearman([1, 2, 3, 4], [10, 30, 20, 40]) == pytest.approx(0.8)
+    # a tie takes the mean rank: ranks (0.5, 0.5, 2) vs (0, 1, 2) -> 1.5 / sqrt(1.5 * 2)
+    assert mod.spearman([5, 5, 7], [1, 2, 3]) == pytest.approx(1.5 / math.sqrt(3))
+    assert math.isnan(mod.spearman([1, 2], [2, 1]))
