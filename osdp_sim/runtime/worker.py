@@ -255,6 +255,11 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
                 torch.cuda.set_per_process_memory_fraction(min(1.0, spec["mem_cap_bytes"] / total), device)
         else:
             device = torch.device("cpu")
+        fake_world = int(spec.get("fake_world") or 0)
+        if fake_world:
+            from osdp_sim.runtime.fake_world import init_fake_group
+            init_fake_group(fake_world)
+            world = result["world_size"] = fake_world
         if not dist.is_initialized():
             dist.init_process_group("nccl" if device_kind == "cuda" else "gloo", init_method="env://",
                                     rank=rank, world_size=world,
@@ -265,8 +270,16 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
 
         from osdp_sim.runtime.modules import build_model
         from osdp_sim.runtime.parallelize import apply_plan, make_optimizer
-        model = build_model(plan.model, seed=int(spec["seed"]))
-        model = apply_plan(model, plan, backend=backend, device=device)
+        if fake_world:
+            # only this rank's shards are ever allocated (runtime/fake_world.py)
+            from osdp_sim.runtime.fake_world import materialise_local
+            with torch.device("meta"):
+                model = build_model(plan.model, seed=int(spec["seed"]))
+            model = apply_plan(model, plan, backend=backend, device=device)
+            materialise_local(model, device, int(spec["seed"]))
+        else:
+            model = build_model(plan.model, seed=int(spec["seed"]))
+            model = apply_plan(model, plan, backend=backend, device=device)
         opt = make_optimizer(model, plan)
         tokens = Tokens(plan.model, plan.micro_batch, int(spec["seed"]), rank, device)
         fault = parse_fault(rank)
@@ -296,7 +309,15 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
         write()
         progress(rank, f"memory step done (tracked peak {mem['tracker_peak_bytes']} bytes)")
 
-        if device_kind == "cpu" and spec.get("mem_cap_bytes"):
+        if device_kind == "cpu" and spec.get("mem_cap_bytes") and fake_world:
+            if (mem["tracker_peak_bytes"] or 0) > spec["mem_cap_bytes"]:
+                result["status"] = "oom"
+                result["error"] = (f"tracked peak memory {mem['tracker_peak_bytes']} bytes exceeds the cap "
+                                   f"of {spec['mem_cap_bytes']} bytes")
+                result["oom_ranks"] = [0]
+                write()
+                return result
+        elif device_kind == "cpu" and spec.get("mem_cap_bytes"):
             peaks = torch.tensor([float(mem["tracker_peak_bytes"] or 0)], dtype=torch.float64)
             everyone = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
             dist.all_gather(everyone, peaks)
