@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from osdp_sim.calibrate import analysis
 from osdp_sim.calibrate.fit import STARTS, FitResult, Prediction, TimeUp, fit, past, predict_runs
 from osdp_sim.calibrate.loo import LooResult, leave_one_out
+from osdp_sim.calibrate.params import select_params
 from osdp_sim.calibrate.runs import Run, base_names
 from osdp_sim.hardware.profile import HardwareProfile
 
@@ -64,6 +65,12 @@ def calibrate(profile: HardwareProfile, runs, *, excluded=(), eval_runs=(), loss
     keeps the best coefficients found so far and leave-one-out is skipped (or the rest of it);
     Calibration.stopped says what was cut short."""
     progress = sys.stderr if progress == "stderr" else progress
+    if runs and all(r.fake_world for r in runs):
+        # nothing measured says anything about communication: keep those coefficients as they are
+        params = tuple(p for p in (params or select_params(profile)) if not _communication(p.name))
+        if progress:
+            print("osdp-sim calibrate: every run is on a fake process group (communication not measured): "
+                  "the collective and overlap coefficients are not fitted", file=progress, flush=True)
     if progress:
         print(f"osdp-sim calibrate: fitting {len(runs)} runs", file=progress, flush=True)
     result = fit(profile, runs, loss=loss, params=params, starts=starts, deadline_s=deadline_s,
@@ -93,6 +100,10 @@ def calibrate(profile: HardwareProfile, runs, *, excluded=(), eval_runs=(), loss
     calibrated = replace(result.profile, name=new_name, description=desc, source="",
                          provenance=provenance(cal, base[0], starts))
     return replace(cal, result=replace(result, profile=calibrated))
+
+
+def _communication(param_name: str) -> bool:
+    return param_name.startswith("collectives.") or param_name == "overlap_slowdown"
 
 
 def _plain(x):

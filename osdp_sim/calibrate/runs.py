@@ -33,6 +33,7 @@ class Run:
     oversubscribed: bool = False
     load_avg: float | None = None  # 1-minute load average when the run ended (other work inflates times)
     tracker_breakdown: dict | None = None   # MemTracker bytes per category at the peak (rank with the top peak)
+    fake_world: bool = False       # one rank on torch's fake group (validate --fake-world): no communication measured
 
     @property
     def samples_per_s(self) -> float:
@@ -104,8 +105,9 @@ def run_from_record(record, profile: HardwareProfile, *, strict: bool = True) ->
     if record.plan.devices != world:
         fail("plan.devices", f"the plan is for {record.plan.devices} devices but the run had "
              f"world_size {world}")
+    fake = bool(env.get("fake_world"))
     if strict:
-        if world > profile.device.count:
+        if world > profile.device.count and not fake:       # a fake world runs on one device
             fail("env.world_size", f"{world} ranks, but profile {profile.name!r} has "
                  f"{profile.device.count} devices; fit only runs the hardware has (pass such runs "
                  "with --evaluate to see how far off they are)")
@@ -136,7 +138,7 @@ def run_from_record(record, profile: HardwareProfile, *, strict: bool = True) ->
                samples=plan.micro_batch * plan.grad_accum * plan.devices, plan_id=plan_id,
                label=plan_label(plan), oversubscribed=bool(env["oversubscribed"]),
                load_avg=env.get("load_avg_1m"),
-               tracker_breakdown=dict(top["tracker_breakdown"]) if top else None)
+               tracker_breakdown=dict(top["tracker_breakdown"]) if top else None, fake_world=fake)
 
 
 def runs_from_records(records, profile: HardwareProfile, *, strict: bool = True

@@ -37,6 +37,10 @@ def add_arguments(p) -> None:
     p.add_argument("--impl", choices=("osdp", "hf"), default="osdp",
                    help="whose model runs: osdp-sim's own modules (default) or transformers' "
                         "implementation of the --model config.json (hf; needs the extra hf)")
+    p.add_argument("--fake-world", type=positive_int, metavar="N",
+                   help="run one process as rank 0 of an N-device plan on torch's fake process group: "
+                        "real shard sizes (peak memory of the N-device job) and real compute, collectives "
+                        "move nothing (communication not measured; the record says so)")
     p.add_argument("--warmup", type=_nonneg_int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--iters", type=positive_int, default=10, help="timed steps (default 10)")
     p.add_argument("--seed", type=_nonneg_int, default=0,
@@ -162,6 +166,15 @@ def check_args(args) -> None:
         if args.backend != "fsdp2":
             raise UserError("--impl hf applies the plan with FSDP2 (osdp_sim.runtime.apply); drop "
                             "--backend fairscale", field="--backend")
+    if args.fake_world:
+        if args.nproc:
+            raise UserError("conflicts with --fake-world (one process runs as rank 0 of N; the plan has "
+                            "N devices)", field="--nproc")
+        if args.backend != "fsdp2":
+            raise UserError("--fake-world runs FSDP2 only", field="--backend")
+    if args.fake_world and args.impl == "hf":
+        raise UserError("--fake-world builds the runtime's own modules on the meta device; run "
+                        "transformers' implementation (--impl hf) on real ranks", field="--fake-world")
     if args.threads and args.threads > _cores():
         # more threads in one rank than cores only oversubscribes; 100000 failed in torch's setup
         raise UserError(f"expected at most {_cores()} (the cores this process may use), got {args.threads}",
@@ -190,34 +203,46 @@ def run(args) -> int:
     started_s = time.monotonic()                     # --timeout covers the whole command
     check_args(args)
     torchrun = launcher.under_torchrun()
-    world = int(os.environ["WORLD_SIZE"]) if torchrun else None
+    if torchrun and args.fake_world:
+        raise UserError("--fake-world runs one process itself; start it without torchrun", field="--fake-world")
+    world = int(os.environ["WORLD_SIZE"]) if torchrun else args.fake_world
     hw = load_profile(args.hw)
     hw_info = {"name": hw.name, "path": str(resolve_profile_path(args.hw))}
     plan = _plan(args, hw, world or hw.device.count)
+    if args.fake_world and plan.devices != args.fake_world:
+        raise UserError(f"the plan is for {plan.devices} devices, not the --fake-world {args.fake_world}",
+                        source=args.plan, field="devices")
+    ranks_here = 1 if args.fake_world else plan.devices
     if torchrun and plan.devices != world:
         raise UserError(f"torchrun started {world} ranks but the plan is for {plan.devices} devices",
                         source=args.plan, field="devices")
     device = args.device or hw.device.kind
     if device == "cuda":
-        launcher.check_gpus(plan.devices if not torchrun else int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
+        launcher.check_gpus(ranks_here if not torchrun else int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
                             "--device cuda" if args.device else f"the profile {hw.name!r} describes cuda devices",
                             field="--device")
     if device == "cpu" and not torchrun:
-        launcher.check_cpu_ranks(plan.devices, source=args.plan,
+        launcher.check_cpu_ranks(ranks_here, source=args.plan,
                                  field="devices" if args.plan else "--nproc")
     if plan.devices > hw.device.count:
         print(f"osdp-sim validate: note: the profile {hw.name!r} describes {hw.device.count} devices; "
               f"predicting for {plan.devices}", file=sys.stderr)
     predicted = predict(plan, hw, args.impl)
-    ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if torchrun else plan.devices
+    if args.fake_world and predicted is not None:
+        # a fake group's collectives take no time: the step is predicted with communication free;
+        # the peak as the real job's (the buffers FSDP2 allocates do not depend on who fills them)
+        predicted = dict(predicted, **{k: v for k, v in predict(plan, hw.without_communication()).items()
+                                       if k not in ("peak_memory_bytes", "memory_breakdown")})
+    ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if torchrun else ranks_here
     threads = args.threads or max(1, launcher.available_cores() // ranks_per_node)
     spec = {"plan": plan_to_dict(plan), "backend": args.backend, "device": device,
             "warmup": args.warmup, "iters": args.iters, "seed": args.seed, "threads_per_rank": threads,
-            "mem_cap_bytes": args.mem_cap, "timeout_s": args.timeout, "impl": args.impl}
+            "mem_cap_bytes": args.mem_cap, "timeout_s": args.timeout, "fake_world": args.fake_world,
+            "impl": args.impl}
     if args.impl == "hf":
         spec["hf_config"] = hf_config_path(plan.model, source=args.plan or args.model)
-    if device == "cpu" and plan.devices * threads > launcher.available_cores() and not torchrun:
-        print(f"osdp-sim validate: note: {plan.devices} ranks x {threads} threads on "
+    if device == "cpu" and ranks_here * threads > launcher.available_cores() and not torchrun:
+        print(f"osdp-sim validate: note: {ranks_here} ranks x {threads} threads on "
               f"{launcher.available_cores()} cores is oversubscribed; times will be noisy and slow "
               "(the record says so)", file=sys.stderr)
 
@@ -228,8 +253,10 @@ def run(args) -> int:
         if outcome is None:
             return 0                                   # not rank 0: rank 0 writes the record
     else:
-        outcome = launcher.launch(spec, plan.devices, timeout_s=args.timeout, run_dir=args.run_dir,
+        outcome = launcher.launch(spec, ranks_here, timeout_s=args.timeout, run_dir=args.run_dir,
                                   started_s=started_s)
+        if args.fake_world:
+            outcome.env.update(world_size=args.fake_world, fake_world=args.fake_world)
 
     if torchrun and outcome.status == "failed" and _cause_already_recorded(args, outcome, plan, spec):
         sys.stderr.flush()

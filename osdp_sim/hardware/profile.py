@@ -11,6 +11,7 @@ DTYPES = ("fp32", "bf16", "fp16")
 # intra: inside one node; inter: a group spanning nodes; replica: one rank per node, measured with
 # every local rank's such group at once (the hybrid-shard replica all-reduce), busbw per group.
 SCOPES = ("intra", "inter", "replica")
+FREE_BANDWIDTH = 1e30          # bytes/s of a collective that moves nothing (fake process group)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,16 @@ class HardwareProfile:
     memory: MemorySpec
     source: str = ""              # the file it was loaded from
     provenance: dict = field(default_factory=dict)   # how it was measured / what it was fitted on
+
+    def without_communication(self) -> "HardwareProfile":
+        """The same machine with every collective free (no latency, no launch cost, unbounded
+        bandwidth) and no overlap slowdown: what a run on torch's fake process group measures
+        (validate --fake-world), where collectives move nothing."""
+        free = LinkSpec(latency_s=0.0, busbw_bytes_per_s=FREE_BANDWIDTH)
+        c = self.collectives
+        return replace(self, overlap_slowdown=1.0, collectives=replace(
+            c, intra=free, inter=None if c.inter is None else free, launch_s=0.0, tables=(),
+            efficiency={op: 1.0 for op in COLLECTIVE_OPS}, extra_latency_s={op: 0.0 for op in COLLECTIVE_OPS}))
 
     def with_devices(self, count: int) -> "HardwareProfile":
         """The same hardware with fewer (or more) devices of the same node shape."""

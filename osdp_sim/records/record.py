@@ -212,7 +212,8 @@ def record_name(record: dict) -> str:
     cap = f"-cap{s['mem_cap_bytes']}" if s.get("mem_cap_bytes") else ""
     impl = record.get("impl", "osdp")
     tag = "" if impl == "osdp" else f"-{impl}"     # osdp runs keep the names they had before impl
-    return (f"{model}-{h}{tag}-{env['backend']}-{env['device_kind']}-n{env['world_size']}"
+    fake = "-fake" if env.get("fake_world") else ""
+    return (f"{model}-{h}{tag}-{env['backend']}-{env['device_kind']}-n{env['world_size']}{fake}"
             f"-t{env['threads_per_rank']}-w{s['warmup']}-i{s['iters']}-s{s['seed']}{cap}.json")
 
 
@@ -316,6 +317,10 @@ def _check(data, source: str) -> None:
         _int(env[key], f"env.{key}", err, minimum=1)
     for key in ("backend", "device_kind"):
         _text(env[key], f"env.{key}", err)
+    if env.get("fake_world") is not None:
+        _int(env["fake_world"], "env.fake_world", err, minimum=1)
+        if env["fake_world"] != env["world_size"]:
+            raise err("env.fake_world", f"{env['fake_world']} differs from world_size {env['world_size']}")
     if not isinstance(env["oversubscribed"], bool):
         raise err("env.oversubscribed", f"expected true or false, got {_show(env['oversubscribed'])}")
     for key in ("load_avg_1m", "load_avg_1m_before", "other_cpu_fraction"):
@@ -345,9 +350,10 @@ def _check(data, source: str) -> None:
     if not isinstance(m["memory"], dict) or not isinstance(m["memory"].get("per_rank"), list):
         raise err("measured.memory.per_rank", "expected a list with one object per rank")
     per_rank = m["memory"]["per_rank"]
-    if len(per_rank) != env["world_size"]:
+    ran = 1 if env.get("fake_world") else env["world_size"]      # a fake world runs rank 0 alone
+    if len(per_rank) != ran:
         raise err("measured.memory.per_rank", f"has {len(per_rank)} entries for "
-                  f"world_size {env['world_size']}")
+                  f"world_size {env['world_size']}" + (" on a fake group (one rank runs)" if env.get("fake_world") else ""))
     for r, mem in enumerate(per_rank):
         _rank_memory_check(mem, f"measured.memory.per_rank[{r}]", err)
     if not isinstance(m["losses"], dict):

@@ -310,7 +310,8 @@ def apply_plan(model: nn.Module, plan: Plan, *, device: torch.device | None = No
         wrapped = apply_plan_fairscale(model, plan, device=device)
         return _applied(wrapped, plan, layout, {}, checkpointed, notes)
 
-    model.to(device)
+    if not any(p.is_meta for p in model.parameters()):
+        model.to(device)        # a meta-device model stays there: the caller allocates its shards (to_empty)
     splits = split_groups(model, plan, layout)
     meshes = parallelize.build_meshes(plan, device)
     mp = parallelize.mixed_precision(plan)

@@ -94,11 +94,25 @@ class Rotary(nn.Module):
 
     def __init__(self, head_dim: int, max_seq: int, base: float = 10000.0):
         super().__init__()
-        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-        freqs = torch.outer(torch.arange(max_seq, dtype=torch.float32), inv_freq)
+        self.head_dim, self.max_seq, self.base = head_dim, max_seq, base
+        cos, sin = self._tables(torch.get_default_device())
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def _tables(self, device) -> tuple[torch.Tensor, torch.Tensor]:
+        d = self.head_dim
+        inv_freq = 1.0 / self.base ** (torch.arange(0, d, 2, dtype=torch.float32, device=device) / d)
+        freqs = torch.outer(torch.arange(self.max_seq, dtype=torch.float32, device=device), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("cos", emb.cos(), persistent=False)
-        self.register_buffer("sin", emb.sin(), persistent=False)
+        return emb.cos(), emb.sin()
+
+    def init_buffers(self) -> None:
+        """Recompute the tables where the buffers now live (after a meta-device build and
+        to_empty, runtime/fake_world.py)."""
+        cos, sin = self._tables(self.cos.device)
+        with torch.no_grad():
+            self.cos.copy_(cos)
+            self.sin.copy_(sin)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:   # x: (B, heads, T, head_dim)
         t = x.shape[-2]

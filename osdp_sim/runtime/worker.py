@@ -266,6 +266,11 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
                 torch.cuda.set_per_process_memory_fraction(min(1.0, spec["mem_cap_bytes"] / total), device)
         else:
             device = torch.device("cpu")
+        fake_world = int(spec.get("fake_world") or 0)
+        if fake_world:
+            from osdp_sim.runtime.fake_world import init_fake_group
+            init_fake_group(fake_world)
+            world = result["world_size"] = fake_world
         if not dist.is_initialized():
             dist.init_process_group("nccl" if device_kind == "cuda" else "gloo", init_method="env://",
                                     rank=rank, world_size=world,
@@ -275,17 +280,26 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
         progress(rank, f"started (pid {os.getpid()}, {threads} thread(s), {device})")
 
         from osdp_sim.runtime.parallelize import make_optimizer
+        loss_fn = builtin_loss
         if spec.get("impl", "osdp") == "hf":
             model = build_hf_model(spec["hf_config"], plan, seed=int(spec["seed"]))
             from osdp_sim.runtime.apply import apply_plan as apply_to_hf
             model = apply_to_hf(model, plan, device=device, backend=backend).model
             loss_fn = hf_loss
+        elif fake_world:
+            # only this rank's shards are ever allocated (runtime/fake_world.py)
+            from osdp_sim.runtime.fake_world import materialise_local
+            from osdp_sim.runtime.modules import build_model
+            from osdp_sim.runtime.parallelize import apply_plan
+            with torch.device("meta"):
+                model = build_model(plan.model, seed=int(spec["seed"]))
+            model = apply_plan(model, plan, backend=backend, device=device)
+            materialise_local(model, device, int(spec["seed"]))
         else:
             from osdp_sim.runtime.modules import build_model
             from osdp_sim.runtime.parallelize import apply_plan
             model = build_model(plan.model, seed=int(spec["seed"]))
             model = apply_plan(model, plan, backend=backend, device=device)
-            loss_fn = builtin_loss
         opt = make_optimizer(model, plan)
         tokens = Tokens(plan.model, plan.micro_batch, int(spec["seed"]), rank, device)
         fault = parse_fault(rank)
@@ -315,7 +329,15 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
         write()
         progress(rank, f"memory step done (tracked peak {mem['tracker_peak_bytes']} bytes)")
 
-        if device_kind == "cpu" and spec.get("mem_cap_bytes"):
+        if device_kind == "cpu" and spec.get("mem_cap_bytes") and fake_world:
+            if (mem["tracker_peak_bytes"] or 0) > spec["mem_cap_bytes"]:
+                result["status"] = "oom"
+                result["error"] = (f"tracked peak memory {mem['tracker_peak_bytes']} bytes exceeds the cap "
+                                   f"of {spec['mem_cap_bytes']} bytes")
+                result["oom_ranks"] = [0]
+                write()
+                return result
+        elif device_kind == "cpu" and spec.get("mem_cap_bytes"):
             peaks = torch.tensor([float(mem["tracker_peak_bytes"] or 0)], dtype=torch.float64)
             everyone = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
             dist.all_gather(everyone, peaks)
