@@ -89,6 +89,7 @@ def test_impl_hf_without_transformers_names_the_extra(tmp_path, capsys, monkeypa
 @pytest.mark.parametrize("extra, needle", [
     (["--model", "gpt2-tiny"], "did not come from one"),                   # a built-in: no config.json
     (["--model", "MODEL", "--backend", "fairscale"], "--backend"),
+    (["--model", "MODEL", "--fake-world", "2"], "--fake-world builds the runtime's own modules"),
 ])
 def test_impl_hf_refusals_are_one_line(tmp_path, capsys, extra, needle):
     model = write_config(tmp_path / "llama-t", LLAMA)
