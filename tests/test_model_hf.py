@@ -9,7 +9,9 @@ import pytest
 
 from osdp_sim.cli.main import main
 from osdp_sim.errors import UserError
-from osdp_sim.model import load_model, load_model_config
+from osdp_sim.model import build_spec, load_model, load_model_config
+from osdp_sim.model.config import for_implementation
+from osdp_sim.model.spec import Activations
 from osdp_sim.model.hf import ARCHITECTURES
 from hf_counts import COUNTS, HF_DIR, transformers_param_count
 
@@ -41,12 +43,36 @@ def _shape(spec):
             for g in spec.groups] + [u.ckpt_activations for u in spec.blocks]
 
 
+def _structure(spec):
+    return [(g.name, g.linears, g.other_params, g.fwd_flops_per_token) for g in spec.groups]
+
+
 def test_llama_2_config_is_the_builtin_llama_7b():
     notes = []
     hf = load_model(str(HF_DIR / "llama-2-7b"), notes=notes, seq_len=2048)
-    assert _shape(hf) == _shape(load_model("llama-7b"))
+    builtin = load_model("llama-7b")
     assert notes == []          # --seq-len given: no sequence note, and nothing to warn about
     assert load_model(str(HF_DIR / "llama-2-7b"), notes=[]).seq_len == 4096   # its own default
+    # Same parameters and FLOPs; as the runtime's modules keep it, the very same description.
+    assert _structure(hf) == _structure(builtin) and hf.param_count == builtin.param_count
+    assert _shape(build_spec(for_implementation(hf.config, "osdp"))) == _shape(builtin)
+    # transformers keeps more (docs/models.md): per RMSNorm (two per block, the final one) its fp32
+    # input, 4h bytes per token; block 0 the rotary cos/sin, 2 x seq x head_dim elements per
+    # forward; the head the fp32 scalar loss.
+    h, seq, head_dim = 4096, 2048, 128
+    for ours, base in zip(hf.groups, builtin.groups):
+        extra = Activations()
+        if ours.kind != "embed":
+            extra += Activations(fixed_bytes_per_token=4.0 * h)
+        if ours.name == "block0.attn":
+            extra += Activations(elems_per_forward=2.0 * seq * head_dim)
+        if ours.kind == "head":
+            extra += Activations(fixed_bytes_per_forward=4.0)
+        assert ours.activations == base.activations + extra, ours.name
+    # Per micro-batch of one sample in bf16: 65 norms x 4h x seq bytes + the tables (2 B each).
+    more = sum(g.activations.bytes_for(2, seq) for g in hf.groups) - \
+        sum(g.activations.bytes_for(2, seq) for g in builtin.groups)
+    assert more == 65 * 4 * h * seq + 2 * seq * head_dim * 2 + 4 == 2_182_086_660
 
 
 def test_default_sequence_length_is_said(tmp_path):
@@ -96,9 +122,17 @@ def test_mixtral_moe_terms_hand_computed():
     assert mlp.param_count == 1_409_286_144 + 32_768 + 4096
     assert mlp.fwd_flops_per_token == 2 * h * e + k * 2 * 3 * h * f   # router + k experts
     assert mlp.fwd_flops_per_token == 65_536 + 704_643_072
-    # x, norm out; per token-expert pair: gathered rows, gate_up (2f), act, product, out, weight
-    assert mlp.activations.elems_per_token == 2 * h + k * (h + 4 * f + h + 1)
-    assert mlp.activations.fixed_bytes_per_token == 4 + 4 * e + 8 * k   # 1/rms, softmax, indices
+    # As the runtime's modules would keep it: x, norm out; per token-expert pair: gathered rows,
+    # gate_up (2f), act, product, out, weight; fixed: 1/rms, softmax, indices
+    osdp = build_spec(for_implementation(spec.config, "osdp")).blocks[0].groups[1]
+    assert osdp.activations == Activations(2 * h + k * (h + 4 * f + h + 1), 4 + 4 * e + 8 * k)
+    # transformers (grouped_mm): the norm's fp32 input (4h; its normalised tensor takes the
+    # input's place among the elements), per pair the fp32 weight (4, no longer an element) and
+    # three int64 permutations (24); per token the top-k weights and their sum (fp32); per
+    # forward the int32 expert offsets
+    assert mlp.activations == Activations(2 * h + k * (h + 4 * f + h),
+                                          4 + 4 * h + 4 * e + 8 * k + 28 * k + 4 + 4 * k, 0, 4 * e)
+    assert mlp.activations.bytes_per_token(2) == 2 * (2 * h + 2 * (2 * h + 4 * f)) + 4 + 4 * h + 32 + 16 + 56 + 4 + 8
     experts = [l for l in mlp.linears if l.copies == e]
     assert [l.name for l in experts] == ["experts.gate_up_proj", "experts.down_proj"]
 
