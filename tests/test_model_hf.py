@@ -287,3 +287,47 @@ def test_a_learned_position_table_must_have_rows(tmp_path, seq_len):
     (tmp_path / "config.json").write_text(json.dumps(d))
     with pytest.raises(UserError, match="n_positions: expected a positive whole number"):
         load_model(str(tmp_path), notes=[], seq_len=seq_len)
+
+
+def _extra(name: str, seq_len: int) -> dict:
+    """Per group, what the description with implementation 'hf' holds beyond 'osdp'."""
+    hf = load_model(str(HF_DIR / name), notes=[], seq_len=seq_len)
+    osdp = build_spec(for_implementation(hf.config, "osdp"))
+    return {g.name: (g.activations, o.activations) for g, o in zip(hf.groups, osdp.groups)}
+
+
+def test_gemma_norm_terms_hand_computed():
+    # GemmaRMSNorm: x.float() and the fp32 normalised tensor (8h bytes) in place of the input (h
+    # elements), and per forward the fp32 1 + weight (4h); block 0 also the rotary cos/sin.
+    h, d, s = 3072, 256, 1024
+    ex = _extra("gemma-7b", s)
+    hf, osdp = ex["block1.mlp"]
+    assert hf == osdp + Activations(-h, 8 * h, 0, 4 * h)
+    hf, osdp = ex["block0.attn"]
+    assert hf == osdp + Activations(-h, 8 * h, 2 * s * d, 4 * h)
+    # bf16, one sample of 1024 tokens: 8h x s - 2h x s + 4h, and 2 x 2 s d for the tables
+    assert hf.bytes_for(2, s) - osdp.bytes_for(2, s) == 18_874_368 + 12_288 + 1_048_576
+
+
+def test_gpt2_terms_hand_computed():
+    # q and v copies for SDPA (2h), gelu_new's three more ffn-wide tensors (3 x 4h), int64
+    # position ids per forward, the fp32 scalar loss; LayerNorm keeps what 'osdp' says.
+    h, s = 768, 1024
+    ex = _extra("gpt2", s)
+    assert ex["block0.attn"][0] == ex["block0.attn"][1] + Activations(2 * h)
+    assert ex["block0.mlp"][0] == ex["block0.mlp"][1] + Activations(3 * 4 * h)
+    assert ex["embed"][0] == ex["embed"][1] + Activations(fixed_bytes_per_forward=8 * s)
+    assert ex["head"][0] == ex["head"][1] + Activations(fixed_bytes_per_forward=4)
+    assert ex["block0.mlp"][0].bytes_for(2, s) - ex["block0.mlp"][1].bytes_for(2, s) == 18_874_368
+
+
+def test_bert_loss_in_the_activation_dtype_hand_computed():
+    # BertForMaskedLM: log-softmax of the logits in the activation dtype (V elements, not 4V
+    # bytes), its scalar loss one element per forward; position ids per forward.
+    v, s = 30522, 512
+    ex = _extra("bert-base-uncased", s)
+    hf, osdp = ex["head"]
+    assert hf == osdp + Activations(v, -4 * v, 1)
+    assert osdp.bytes_for(2, s) - hf.bytes_for(2, s) == 2 * v * s - 2 == 31_254_526
+    assert ex["embed"][0] == ex["embed"][1] + Activations(fixed_bytes_per_forward=8 * s)
+    assert ex["block0.attn"][0] == ex["block0.attn"][1]
