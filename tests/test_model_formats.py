@@ -147,3 +147,17 @@ def test_committed_plans_load_in_whichever_format_they_were_written(path):
     plan = load_plan(path)
     assert json.loads(path.read_text())["version"] in (1, PLAN_VERSION)
     assert build_spec(plan.model).param_count == build_spec(BUILTIN[plan.model.name]).param_count
+
+
+def test_yaml_may_say_implementation_hf(tmp_path):
+    text = "family: llama\nlayers: 2\nhidden: 64\nheads: 4\nvocab: 256\nseq_len: 32\n"
+    (tmp_path / "m.yaml").write_text(text)
+    assert load_model_config(str(tmp_path / "m.yaml")).implementation == "osdp"
+    (tmp_path / "m.yaml").write_text(text + "implementation: hf\n")
+    cfg = load_model_config(str(tmp_path / "m.yaml"))
+    assert cfg.implementation == "hf"
+    assert build_spec(cfg).groups[1].activations != build_spec(for_implementation(cfg, "osdp")).groups[1].activations
+    (tmp_path / "m.yaml").write_text(text + "implementation: torch\n")
+    with pytest.raises(UserError) as e:
+        load_model_config(str(tmp_path / "m.yaml"))
+    assert str(e.value).startswith(f"{tmp_path / 'm.yaml'}: implementation:") and "osdp, hf" in str(e.value)
