@@ -352,8 +352,10 @@ def build_spec(cfg: ModelConfig) -> ModelSpec:
         act = attn_act + hf["rotary"] if hf and i == 0 else attn_act
         attn = OpGroup(f"block{i}.attn", "attn", f"block{i}.attn", attn_lin, norm, attn_flops, act)
         mlp = OpGroup(f"block{i}.mlp", "mlp", f"block{i}.mlp", mlp_lin, norm, mlp_flops, mlp_act)
-        # A checkpointed block keeps only its input (torch.utils.checkpoint, non-reentrant).
-        units.append(Unit(f"block{i}", "block", i, (attn, mlp), Activations(float(h), 0.0)))
+        # A checkpointed block keeps only its input (torch.utils.checkpoint, non-reentrant); in
+        # transformers also the rotary tables, an input of every block, until block 0's backward.
+        ckpt = Activations(float(h), 0.0) + (hf["rotary"] if hf and i == 0 else Activations())
+        units.append(Unit(f"block{i}", "block", i, (attn, mlp), ckpt))
 
     # Head: final norm + LM head (tied: no weight of its own), loss on fp32 log-probabilities.
     # The loss keeps the fp32 log_softmax output and the int64 targets; the logits themselves are
