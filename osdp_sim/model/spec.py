@@ -3,7 +3,8 @@ that a plan decides on, with parameter counts, forward FLOPs and activation byte
 
 The activation counts follow what the runtime's torch modules (osdp_sim/runtime/modules.py) save
 for backward: dropout off, attention through scaled_dot_product_attention (no s^2 term), loss
-computed in fp32. docs/cost-model.md lists every term.
+computed in fp32; a config with implementation 'hf' (every config.json) adds what transformers
+5.x's modules keep beyond them (_hf_extra). docs/cost-model.md lists every term.
 """
 
 from dataclasses import dataclass
