@@ -75,6 +75,19 @@ def _expected_on_cpu(spec, g, dtype, tokens: int) -> float:
     return ours
 
 
+def _saved(folder, case: str, dtype, shape: str):
+    """(description, transformers' saved bytes per group, batch, seq) of one case at one shape."""
+    extra, batch, seq = SHAPES[shape]
+    (folder / "config.json").write_text(json.dumps({**TINY, **CASES[case], **extra}))
+    cfg = transformers.AutoConfig.from_pretrained(str(folder))
+    torch.manual_seed(0)
+    auto = transformers.AutoModelForMaskedLM if case == "bert" else transformers.AutoModelForCausalLM
+    model = auto.from_config(cfg).to(dtype).train()
+    idx = torch.randint(0, cfg.vocab_size, (batch, seq))
+    spec = load_model(str(folder), notes=[], seq_len=seq)
+    return spec, measure_hf(model, idx)["saved_bytes"], batch, seq
+
+
 def test_hf_configs_describe_transformers_implementation(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**TINY, **CASES["llama"]}))
     spec = load_model(str(tmp_path), notes=[], seq_len=S)
@@ -87,15 +100,7 @@ def test_hf_configs_describe_transformers_implementation(tmp_path):
 def test_saved_bytes_per_group_match_transformers(tmp_path, case, dtype, shape):
     """Every group's saved bytes (sdpa attention, grouped_mm experts) within 1% of the
     description with implementation 'hf', and the total too."""
-    extra, batch, seq = SHAPES[shape]
-    (tmp_path / "config.json").write_text(json.dumps({**TINY, **CASES[case], **extra}))
-    cfg = transformers.AutoConfig.from_pretrained(str(tmp_path))
-    torch.manual_seed(0)
-    auto = transformers.AutoModelForMaskedLM if case == "bert" else transformers.AutoModelForCausalLM
-    model = auto.from_config(cfg).to(dtype).train()
-    idx = torch.randint(0, cfg.vocab_size, (batch, seq))
-    spec = load_model(str(tmp_path), notes=[], seq_len=seq)
-    saved = measure_hf(model, idx)["saved_bytes"]
+    spec, saved, batch, seq = _saved(tmp_path, case, dtype, shape)
     assert set(saved) == {g.name for g in spec.groups}
     for g in spec.groups:
         assert saved[g.name] == pytest.approx(_expected_on_cpu(spec, g, dtype, batch * seq), rel=0.01), g.name
@@ -107,3 +112,33 @@ def test_saved_bytes_per_group_match_transformers(tmp_path, case, dtype, shape):
         osdp = build_spec(for_implementation(spec.config, "osdp"))
         width = 4 if dtype == torch.float32 else 2
         assert sum(saved.values()) > 1.05 * sum(g.activations.bytes_for(width, batch * seq) for g in osdp.groups)
+
+
+def _table() -> str:
+    """The table in docs/models.md: per shape and model, transformers' saved bytes against the
+    description with implementation 'hf' (its group furthest off) and 'osdp', fp32 and bf16."""
+    import tempfile
+    from pathlib import Path
+    transformers.logging.set_verbosity_error()
+    lines = []
+    for shape, (_, batch, seq) in SHAPES.items():
+        lines += [f"\n{shape} (batch {batch} x seq {seq})",
+                  "| model | fp32: transformers / hf description (worst group) / osdp description | bf16: same |",
+                  "|---|---|---|"]
+        for case in CASES:
+            cells = []
+            for dtype, width in ((torch.float32, 4), (torch.bfloat16, 2)):
+                spec, saved, batch, seq = _saved(Path(tempfile.mkdtemp()), case, dtype, shape)
+                ours = {g.name: g.activations.bytes_for(width, batch * seq) for g in spec.groups}
+                off, name = max(((saved[n] / v - 1, n) for n, v in ours.items()), key=lambda t: abs(t[0]))
+                osdp = sum(g.activations.bytes_for(width, batch * seq)
+                           for g in build_spec(for_implementation(spec.config, "osdp")).groups)
+                hf, desc = sum(saved.values()), sum(ours.values())
+                cells.append(f"{hf:,.0f} / {desc:,.0f} B ({hf / desc - 1:+.2%}; {name} {off:+.2%}) / "
+                             f"{osdp:,.0f} B ({hf / osdp - 1:+.1%})")
+            lines.append(f"| {case} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(_table())
