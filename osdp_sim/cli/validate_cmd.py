@@ -93,7 +93,26 @@ def _plan(args, hw, nproc_default: int):
                         f"--gpus {nproc} -o plan.json)", source=args.plan, field="devices")
     from osdp_sim.model.config import check_runtime_buildable
     check_runtime_buildable(plan.model, source=args.plan or args.model)
-    return plan
+    return runtime_plan(plan, "osdp")
+
+
+RUNTIME_IMPLEMENTATION_NOTE = ("osdp-sim validate: note: {model} runs on the runtime's own modules, "
+                               "so it is predicted as they keep it (implementation osdp, not {was}: "
+                               "transformers' modules keep more for backward, docs/models.md)")
+
+
+def runtime_plan(plan, impl: str):
+    """The plan as run on `impl`'s modules ('osdp': the runtime's own, today's only runtime): its
+    model predicted and recorded with that implementation (model.config.for_implementation),
+    with a note on stderr when that changes the model's."""
+    import dataclasses
+    from osdp_sim.model.config import for_implementation
+    model = for_implementation(plan.model, impl)
+    if model == plan.model:
+        return plan
+    print(RUNTIME_IMPLEMENTATION_NOTE.format(model=plan.model.name, was=plan.model.implementation),
+          file=sys.stderr)
+    return dataclasses.replace(plan, model=model)
 
 
 def predict(plan, hw) -> dict | None:

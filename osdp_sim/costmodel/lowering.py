@@ -174,7 +174,7 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
 
     for unit in spec.units:
         for g in unit.groups:
-            act = g.activations.bytes_per_token(cb) * tokens
+            act = g.activations.bytes_for(cb, tokens)
             if g.plan_key == "root":
                 fwd = _root_fwd_s(g, hw, dtype, tokens, act)
                 logits = tokens * cfg.vocab_size
@@ -188,7 +188,7 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
                 continue
             steps.extend(_lower_group(g, unit.index, hw, plan, units, tokens, act, act_grad, ratio))
 
-    ckpt_bytes = {u.index: u.ckpt_activations.bytes_per_token(cb) * tokens for u in spec.blocks}
+    ckpt_bytes = {u.index: u.ckpt_activations.bytes_for(cb, tokens) for u in spec.blocks}
     local_params = sum(u.states.params for u in units) / 4.0          # fp32 elements held locally
     opt_bytes_moved = local_params * {"adamw": 2 * (4 + 4 + 8), "sgd": 2 * (4 + 4 + 4)}[plan.optimizer]
     optimizer_s = bandwidth_time_s(hw, opt_bytes_moved, 12 * len(units))

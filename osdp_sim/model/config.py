@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, fields
 FAMILIES = ("gpt2", "bert", "llama")
 MLP_KINDS = ("gelu", "swiglu", "geglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
+IMPLEMENTATIONS = ("osdp", "hf")
 
 # Per family: the value of every structural field left unset (None or "").
 FAMILY_DEFAULTS = {
@@ -82,6 +83,10 @@ class ModelConfig:
     """Experts each token is routed to (Mixtral 2); used when n_experts > 0."""
     source: str = ""
     """Where the model came from: 'builtin:NAME', 'yaml:PATH', 'hf:PATH (ARCHITECTURE)'."""
+    implementation: str = "osdp"
+    """Whose modules run it, which decides what is kept for backward (one of IMPLEMENTATIONS):
+    'osdp' the project's runtime modules (osdp_sim/runtime/modules.py), 'hf' transformers 5.x's
+    (every config.json; docs/models.md lists what they keep beyond 'osdp')."""
 
     def __post_init__(self):
         defaults = FAMILY_DEFAULTS.get(self.family, FAMILY_DEFAULTS["llama"])
@@ -135,9 +140,17 @@ class ModelConfig:
         return tuple(f.name for f in fields(ModelConfig))
 
 
-# The fields a version-1 plan or record holds; later fields take their defaults when it is read.
+# The model fields each version of the plan and record formats holds: the one place a version is
+# added (plan/io.py and records/record.py write MODEL_FORMAT_VERSION and read every key here). A
+# file of an older version is read with the fields it lacks at their defaults, which is what its
+# predictions used (a version 1 or 2 model ran on the runtime's modules: implementation 'osdp').
 V1_FIELDS = ("name", "family", "n_layers", "hidden", "n_heads", "vocab_size", "seq_len",
              "n_kv_heads", "ffn_hidden", "max_positions", "type_vocab_size", "tied_head")
+V2_FIELDS = V1_FIELDS + ("head_size", "qkv_bias", "attn_out_bias", "mlp_bias", "mlp_kind",
+                         "norm_kind", "fused_qkv", "fused_gate_up", "sliding_window", "n_experts",
+                         "top_k", "source")
+MODEL_FIELDS = {1: V1_FIELDS, 2: V2_FIELDS, 3: V2_FIELDS + ("implementation",)}
+MODEL_FORMAT_VERSION = max(MODEL_FIELDS)
 
 
 def differs_from_family(cfg: ModelConfig) -> list[str]:
@@ -181,6 +194,15 @@ def check_runtime_buildable(cfg: ModelConfig, source: str | None = None) -> None
                         f"({', '.join(gaps)} differ from the built-in structure); running the "
                         "transformers implementation (--impl hf) is not built yet",
                         source=source or cfg.source or cfg.name, field="--model")
+
+
+def for_implementation(cfg: ModelConfig, impl: str) -> ModelConfig:
+    """The model as it is predicted when `impl`'s modules run it: validate and campaign run the
+    runtime's own modules ('osdp'), so a config.json model (implementation 'hf') is predicted as
+    those modules keep it there. The one place that decides it (validate's --impl hf keeps 'hf')."""
+    if impl not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation {impl!r}: expected one of {', '.join(IMPLEMENTATIONS)}")
+    return cfg if cfg.implementation == impl else with_overrides(cfg, implementation=impl)
 
 
 def with_overrides(cfg: ModelConfig, **overrides) -> ModelConfig:

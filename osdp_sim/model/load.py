@@ -5,7 +5,8 @@ from pathlib import Path
 
 
 from osdp_sim.errors import UserError
-from osdp_sim.model.config import FAMILIES, MLP_KINDS, NORM_KINDS, V1_FIELDS, ModelConfig, with_overrides
+from osdp_sim.model.config import (FAMILIES, IMPLEMENTATIONS, MLP_KINDS, MODEL_FIELDS,
+                                   MODEL_FORMAT_VERSION, NORM_KINDS, ModelConfig, with_overrides)
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import ModelSpec, build_spec
 
@@ -23,7 +24,7 @@ FIELD_TYPES: dict[str, tuple[type, int]] = {
     "tied_head": (bool, 0), "head_size": (int, 0), "qkv_bias": (bool, 0),
     "attn_out_bias": (bool, 0), "mlp_bias": (bool, 0), "mlp_kind": (str, 0), "norm_kind": (str, 0),
     "fused_qkv": (bool, 0), "fused_gate_up": (bool, 0), "sliding_window": (int, 0),
-    "n_experts": (int, 0), "top_k": (int, 0), "source": (str, 0),
+    "n_experts": (int, 0), "top_k": (int, 0), "source": (str, 0), "implementation": (str, 0),
 }
 MAX_EXPERTS = 2 ** 16
 
@@ -35,7 +36,7 @@ YAML_KEYS = {
     "head_dim": "head_size", "qkv_bias": "qkv_bias", "attn_out_bias": "attn_out_bias",
     "mlp_bias": "mlp_bias", "mlp": "mlp_kind", "norm": "norm_kind", "fused_qkv": "fused_qkv",
     "fused_gate_up": "fused_gate_up", "sliding_window": "sliding_window", "experts": "n_experts",
-    "top_k": "top_k",
+    "top_k": "top_k", "implementation": "implementation",
 }
 _REQUIRED = ("family", "layers", "hidden", "heads", "vocab", "seq_len")
 _YAML_KEY_OF = {f: k for k, f in YAML_KEYS.items()}
@@ -91,13 +92,14 @@ def load_model(arg: str, *, notes: list | None = None, **overrides) -> ModelSpec
     return build_spec(load_model_config(arg, notes=notes, **overrides))
 
 
-def config_from_dict(data: dict, *, source: str, version: int = 2) -> ModelConfig:
+def config_from_dict(data: dict, *, source: str, version: int = MODEL_FORMAT_VERSION) -> ModelConfig:
     """A ModelConfig from its to_dict() form (as stored in plan files and records); errors name
-    the field as `model.<field>`. Version 1 files hold only V1_FIELDS: the upgrade is that the
-    fields added in version 2 take their defaults (the family's structure, source "")."""
+    the field as `model.<field>`. A file of format `version` holds MODEL_FIELDS[version]: the
+    upgrade is that later fields take their defaults (version 1: the family's structure and
+    source ""; versions 1 and 2: implementation 'osdp')."""
     if not isinstance(data, dict):
         raise UserError("expected a mapping of model fields", source=source, field="model")
-    known = set(V1_FIELDS if version == 1 else ModelConfig.field_names())
+    known = set(MODEL_FIELDS[version])
     unknown = sorted(set(data) - known, key=str)
     if unknown:
         raise UserError(f"unknown key {unknown[0]!r}; expected some of {sorted(known)}",
@@ -184,6 +186,8 @@ def validate_config(cfg: ModelConfig, *, source: str, key_of=None) -> None:
         fail("mlp_kind", f"expected one of {', '.join(MLP_KINDS)}, got {cfg.mlp_kind!r}")
     if cfg.norm_kind not in NORM_KINDS:
         fail("norm_kind", f"expected one of {', '.join(NORM_KINDS)}, got {cfg.norm_kind!r}")
+    if cfg.implementation not in IMPLEMENTATIONS:
+        fail("implementation", f"expected one of {', '.join(IMPLEMENTATIONS)}, got {cfg.implementation!r}")
     if not cfg.head_size and cfg.hidden % cfg.n_heads:
         fail("n_heads", f"hidden {cfg.hidden} is not divisible by heads {cfg.n_heads}; "
              "give the head size explicitly if it differs")
