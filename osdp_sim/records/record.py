@@ -22,7 +22,8 @@ from osdp_sim.plan import Plan, plan_from_dict, plan_to_dict, write_json_atomic
 
 FORMAT = "osdp-sim/record"
 # Version 2: the model (and the plan, plan format 2) gained the model stage's new fields;
-# version 3 the model's implementation (model.config.MODEL_FIELDS lists each version's fields).
+# version 3 the model's implementation (model.config.MODEL_FIELDS lists each version's fields)
+# and the optional env.fake_world (validate --fake-world).
 # An older record's model is compared with its plan after the same upgrade (defaults).
 VERSION = MODEL_FORMAT_VERSION
 READS = tuple(sorted(MODEL_FIELDS))
