@@ -23,7 +23,7 @@ RECORDS = sorted(p for p in (ROOT / "validate" / "records").rglob("*.json") if n
 
 
 def test_versions_bumped():
-    assert PLAN_VERSION == 2 and RECORD_VERSION == 2
+    assert PLAN_VERSION == 3 and RECORD_VERSION == 3
 
 
 def test_there_are_committed_files_to_check():
@@ -50,7 +50,7 @@ def test_committed_records_load(path):
 def test_new_plan_holds_every_model_field(tmp_path):
     plan = uniform_plan(load_model_config("llama-tiny"), "zero3", devices=2, micro_batch=1)
     d = plan_to_dict(plan)
-    assert d["version"] == 2 and d["model"]["source"] == "builtin:llama-tiny"
+    assert d["version"] == 3 and d["model"]["source"] == "builtin:llama-tiny"
     assert d["model"]["qkv_bias"] is False and d["model"]["mlp_kind"] == "swiglu"
     (tmp_path / "p.json").write_text(json.dumps(d))
     assert load_plan(tmp_path / "p.json") == plan

@@ -142,6 +142,8 @@ def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: Hardwa
 def largest_tensor(g: OpGroup, cfg=None) -> float:
     """Elements of the largest parameter tensor of one group: the token table of the embedding
     (cfg: the model's config), else the largest Linear weight (norms and biases are smaller)."""
+    if g.largest_param:
+        return float(g.largest_param)
     if g.kind == "embed":
         return float(cfg.vocab_size * cfg.hidden)
     if g.linears:

@@ -72,6 +72,9 @@ class OpGroup:
     other_params: int              # norms, embeddings, biases outside `linears`
     fwd_flops_per_token: float
     activations: Activations
+    largest_param: int = 0
+    """Elements of the largest parameter tensor when measured (described models); 0: derived
+    from the shapes (costmodel/lowering.py largest_tensor)."""
 
     @property
     def param_count(self) -> int:
@@ -253,8 +256,31 @@ def _mlp(cfg: ModelConfig) -> tuple[tuple[LinearShape, ...], Activations]:
     return (router,) + experts, Activations(elems, stats + 4.0 * e + 8.0 * k)
 
 
+def _described_group(name: str, kind: str, plan_key: str, g) -> OpGroup:
+    return OpGroup(name, kind, plan_key, g.linears, g.other_params, g.flops_per_token,
+                   g.activations, g.largest_param)
+
+
+def _described_spec(cfg: ModelConfig) -> ModelSpec:
+    """The measured groups as they are (model/described.py); blocks beyond the described ones
+    repeat the last (the planner's n+1 extrapolation)."""
+    d = cfg.described
+    units = [Unit("embed", "embed", -1, (_described_group("embed", "embed", "root", d.embed),),
+                  Activations())]
+    for i, b in enumerate(d.block_list(cfg.n_layers)):
+        groups = tuple(_described_group(f"block{i}.{k}", k, f"block{i}.{k}", getattr(b, k))
+                       for k in ("attn", "mlp"))
+        units.append(Unit(f"block{i}", "block", i, groups,
+                          Activations(b.checkpoint_elems_per_token, b.checkpoint_fixed_bytes_per_token)))
+    units.append(Unit("head", "head", -1, (_described_group("head", "head", "root", d.head),),
+                      Activations()))
+    return ModelSpec(cfg, tuple(units))
+
+
 def build_spec(cfg: ModelConfig) -> ModelSpec:
     """Units in forward order: embed, block0..block{L-1}, head."""
+    if cfg.described is not None:
+        return _described_spec(cfg)
     h = cfg.hidden
     norm = _norm_params(cfg)
     stats = _norm_fixed_bytes(cfg)

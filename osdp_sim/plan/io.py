@@ -10,11 +10,13 @@ from osdp_sim.model.spec import build_spec
 from osdp_sim.plan.plan import OPTIMIZERS, PRECISIONS, SPLITS, STRATEGIES, GroupChoice, Plan
 
 FORMAT = "osdp-sim/plan"
-VERSION = 2
+VERSION = 3
 # Version 2 (model stage, issue 13): the embedded model gained head_size, biases, mlp_kind,
 # norm_kind, fused projections, sliding_window, n_experts, top_k and source. Version 1 files
 # are read with those at their defaults (model.load.config_from_dict).
-READS = (1, 2)
+# Version 3 (issue 13): the model may be a described one, its measured groups under
+# model.described (model/described.py); version 1 and 2 files hold none.
+READS = (1, 2, 3)
 # Counts (devices, micro-batch, accumulation steps) above a 32-bit integer are a slip, not a plan.
 MAX_COUNT = 2**31 - 1
 

@@ -21,10 +21,11 @@ from osdp_sim.model.load import config_from_dict
 from osdp_sim.plan import Plan, plan_from_dict, plan_to_dict, write_json_atomic
 
 FORMAT = "osdp-sim/record"
-VERSION = 2
+VERSION = 3
 # Version 2: the model (and the plan, plan format 2) gained the model stage's new fields; a
 # version 1 record's model is compared with its plan after the same upgrade (defaults).
-READS = (1, 2)
+# Version 3 (issue 13): the model (plan format 3) may be a described one (model.described).
+READS = (1, 2, 3)
 STATUSES = ("ok", "oom", "failed", "timeout")
 TRACKER_CATEGORIES = ("Parameter", "Buffer", "Gradient", "Optstate", "Activation", "Temp", "Other",
                       "Total")
@@ -173,7 +174,7 @@ def plan_identity(plan: dict) -> dict:
     name across the format 2 bump and a campaign still finds the records it made before."""
     d = {k: v for k, v in plan.items() if k != "notes"}
     model = d.get("model")
-    if d.get("version") != 1 and isinstance(model, dict):
+    if d.get("version") != 1 and isinstance(model, dict) and "described" not in model:
         v1 = {k: model[k] for k in V1_FIELDS if k in model}
         try:
             upgraded = ModelConfig(**v1).to_dict()
