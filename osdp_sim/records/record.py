@@ -182,6 +182,9 @@ def plan_identity(plan: dict) -> dict:
             return d
         if all(model.get(k) == v for k, v in upgraded.items() if k != "source"):
             d.update(version=1, model=v1)
+            return d
+    if d.get("version") == 3 and isinstance(model, dict) and "described" not in model:
+        d["version"] = 2          # format 3 adds only described models: the others keep their names
     return d
 
 
