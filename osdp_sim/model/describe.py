@@ -40,7 +40,8 @@ def describe_module(module: nn.Module, example_input, *, layout: ModelLayout | N
 
     example_input: a tensor, a tuple of positional arguments or a dict of keyword arguments for
     one forward (real, meta or fake tensors; only shapes and dtypes are used). loss(output) -> the
-    scalar to train on; None: the module's output is the loss. layout: where blocks, groups and
+    scalar to train on; None: the module's output is the loss (or its `.loss`, or its first
+    element). layout: where blocks, groups and
     root are (osdp_sim/model/layout.py); else `blocks` (the block list's path) or the largest
     nn.ModuleList, each block split into attn / mlp at its first child named like an MLP
     (mlp, ffn, feed_forward, intermediate; with the norm just before it). seq_len: tokens per
@@ -269,7 +270,7 @@ def _run(model: nn.Module, example_input, loss, layout: ModelLayout, block_list,
         with mode, _Counter(lambda: stack[-1], m), \
                 torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = functional_call(model, state, args, kwargs, strict=False)
-            value = out if loss is None else loss(out)
+            value = _default_loss(out) if loss is None else loss(out)
             if not isinstance(value, torch.Tensor) or value.numel() != 1:
                 raise UserError("the module's output is not a scalar loss; pass loss=callable "
                                 "(output -> scalar)", field="loss")
@@ -287,3 +288,15 @@ def _inputs(example_input, fake):
     if isinstance(example_input, (tuple, list)):
         return tuple(conv(x) for x in example_input), {}
     return (conv(example_input),), {}
+
+
+def _default_loss(out):
+    """The module's own loss: its output, a `.loss` field (transformers' outputs) or the first
+    element of a tuple."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if getattr(out, "loss", None) is not None:
+        return out.loss
+    if isinstance(out, (tuple, list)) and out:
+        return out[0]
+    return out
