@@ -70,10 +70,16 @@ def describe_module(module: nn.Module, example_input, *, layout: ModelLayout | N
         elems, fixed = (b32 - b16) / 2.0, 2.0 * b16 - b32
         if fixed < 0:          # a dtype-dependent quirk: keep the bf16 total exact
             elems, fixed = b16 / 2.0, 0.0
+        t32, t16 = r32.bwd_temp.get(key, 0), r16.bwd_temp.get(key, 0)
+        t_elems, t_fixed = (t32 - t16) / 2.0, 2.0 * t16 - t32
+        if t_fixed < 0 or t_elems < 0:
+            t_elems, t_fixed = t16 / 2.0, 0.0
         return DescribedGroup(linears=linears, other_params=other,
                               flops_per_token=r32.flops.get(key, 0.0) / tokens,
                               act_elems_per_token=elems / tokens,
-                              act_fixed_bytes_per_token=fixed / tokens, largest_param=largest)
+                              act_fixed_bytes_per_token=fixed / tokens, largest_param=largest,
+                              bwd_temp_elems_per_token=t_elems / tokens,
+                              bwd_temp_fixed_bytes_per_token=t_fixed / tokens)
 
     ckpt = r32.block_input_numel / tokens
     blocks_d = [DescribedBlock(described(f"block{i}.attn"), described(f"block{i}.mlp"), ckpt)
@@ -176,6 +182,8 @@ class _Measured:
         self.block_input_shape = None
         self.block_input_numel = 0
         self.head_matmul_out = 0
+        self.group_inputs: list = []
+        self.bwd_temp: dict[str, int] = {}
 
 
 def _cpu_flash_flops(query, key, value, *args, out_val=None, **kwargs) -> int:
@@ -214,6 +222,7 @@ def _run(model: nn.Module, example_input, loss, layout: ModelLayout, block_list,
     from torch.multiprocessing.reductions import StorageWeakRef
 
     m = _Measured()
+    names = {id(mod): n for n, mod in model.named_modules()}
     stack: list[str] = ["embed"]
     last_group: dict[int, str] = {}
 
@@ -238,8 +247,8 @@ def _run(model: nn.Module, example_input, loss, layout: ModelLayout, block_list,
 
     handles = []
 
-    def on(module, pre, post):
-        handles.append(module.register_forward_pre_hook(pre))
+    def on(module, pre, post, with_kwargs=False):
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=with_kwargs))
         handles.append(module.register_forward_hook(post))
 
     for i, block in enumerate(block_list):
@@ -259,13 +268,14 @@ def _run(model: nn.Module, example_input, loss, layout: ModelLayout, block_list,
         for kind in ("attn", "mlp"):
             key = f"block{i}.{kind}"
             for path in layout.group(kind).modules:
-                def pre(mod, args, key=key, i=i):
+                def pre(mod, args, kwargs, key=key, i=i, path=path):
                     last_group[i] = key
                     stack.append(key)
+                    m.group_inputs.append((key, names[id(mod)], mod, args, kwargs))
 
                 def post(mod, args, out):
                     stack.pop()
-                on(block.get_submodule(path), pre, post)
+                on(block.get_submodule(path), pre, post, with_kwargs=True)
     try:
         with mode, _Counter(lambda: stack[-1], m), \
                 torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -277,7 +287,105 @@ def _run(model: nn.Module, example_input, loss, layout: ModelLayout, block_list,
     finally:
         for h in handles:
             h.remove()
+    del out, value
+    with mode:
+        for key, path, mod, args, kwargs in m.group_inputs:
+            temp = _bwd_temp(mod, path, state, args, kwargs)
+            m.bwd_temp[key] = max(m.bwd_temp.get(key, 0), temp)
+    m.group_inputs.clear()
     return m
+
+
+def _bwd_temp(mod: nn.Module, path: str, state: dict, args, kwargs) -> int:
+    """Bytes one module's backward holds beyond what was live when it began (its saved tensors,
+    the incoming gradient) and the gradient of its input it returns: run alone on its recorded
+    input, parameters frozen (their gradients are the cost model's own term), live storages
+    tracked op by op."""
+    from torch.func import functional_call
+
+    # Parameters require gradients as in training (a Linear then keeps its input for the weight
+    # gradient); their gradients are the cost model's own term, so they leave the live count as
+    # soon as they are made.
+    sub = {k[len(path) + 1:]: v.detach().requires_grad_(v.is_floating_point() and v.requires_grad)
+           for k, v in state.items() if k.startswith(path + ".")}
+    params = [v for v in sub.values() if v.requires_grad]
+    leaves = []
+
+    def leaf(a):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            t = a.detach().requires_grad_(True)
+            leaves.append(t)
+            return t
+        return a
+    args = tuple(leaf(a) for a in args)
+    kwargs = {k: leaf(v) for k, v in kwargs.items()}
+    if not leaves:
+        return 0
+    with _Live() as live:
+        out = functional_call(mod, sub, args, kwargs, strict=False)
+        outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,))
+                if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not outs:
+            return 0
+        grads = [torch.empty_like(o) for o in outs]
+        for p in params:
+            p.register_hook(live.forget)
+        live.start()
+        got = torch.autograd.grad(outs, leaves + params, grads, allow_unused=True)
+    returned = sum(g.untyped_storage().nbytes() for g in got[:len(leaves)] if g is not None)
+    return max(0, live.peak - live.baseline - returned)
+
+
+class _Live(TorchDispatchMode):
+    """Live bytes of the storages ops create (by storage, until freed); their peak after start()
+    is taken over a snapshot per op."""
+
+    def __init__(self):
+        super().__init__()
+        from torch.multiprocessing.reductions import StorageWeakRef
+        self._ref = StorageWeakRef
+        self.tracked: dict[int, tuple] = {}
+        self.ignored: set[int] = set()
+        self.baseline = 0
+        self.snapshots: list[tuple] = []
+        self.started = False
+
+    def live(self) -> int:
+        for k in [k for k, (ref, _) in self.tracked.items() if ref.expired()]:
+            del self.tracked[k]
+        return sum(n for _, n in self.tracked.values())
+
+    def forget(self, t: torch.Tensor):
+        """A parameter gradient: out of the count from when it was made. It stays alive to the
+        end (autograd.grad returns it), so its storage's address is not reused meanwhile."""
+        c = self._ref(t.untyped_storage()).cdata
+        self.tracked.pop(c, None)
+        self.ignored.add(c)
+        i = len(self.snapshots) - 1
+        while i >= 0 and any(x[0] == c for x in self.snapshots[i]):
+            self.snapshots[i] = tuple(x for x in self.snapshots[i] if x[0] != c)
+            i -= 1
+
+    def start(self):
+        self.started = True
+        self.baseline = self.live()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(t, torch.Tensor):
+                ref = self._ref(t.untyped_storage())
+                if ref.cdata not in self.ignored:
+                    self.tracked.setdefault(ref.cdata, (ref, t.untyped_storage().nbytes()))
+        if self.started:
+            self.live()
+            self.snapshots.append(tuple((c, n) for c, (_, n) in self.tracked.items()))
+        return out
+
+    @property
+    def peak(self) -> int:
+        # Parameter gradients are known as such only once made (their hook): left out afterwards.
+        return max([self.baseline] + [sum(n for _, n in snap) for snap in self.snapshots])
 
 
 def _inputs(example_input, fake):

@@ -17,7 +17,8 @@ _MAX_INT = 2 ** 50
 _MAX_BLOCKS = 100_000
 
 _GROUP_KEYS = ("other_params", "flops_per_token", "act_elems_per_token",
-               "act_fixed_bytes_per_token", "largest_param", "linears")
+               "act_fixed_bytes_per_token", "largest_param", "bwd_temp_elems_per_token",
+               "bwd_temp_fixed_bytes_per_token", "linears")
 _LINEAR_KEYS = ("name", "in_features", "out_features", "bias")
 _BLOCK_KEYS = ("repeat", "checkpoint_elems_per_token", "checkpoint_fixed_bytes_per_token",
                "attn", "mlp")
@@ -38,16 +39,25 @@ class DescribedGroup:
     """Saved-for-backward bytes per token whose dtype does not (fp32 statistics, int64 labels)."""
     largest_param: int
     """Elements of the group's largest parameter tensor (the optimizer's CPU temporaries)."""
+    bwd_temp_elems_per_token: float = 0.0
+    """Backward transient beyond the saved tensors and the gradients in and out, per token."""
+    bwd_temp_fixed_bytes_per_token: float = 0.0
 
     @property
     def activations(self) -> Activations:
         return Activations(self.act_elems_per_token, self.act_fixed_bytes_per_token)
+
+    @property
+    def bwd_temp(self) -> Activations:
+        return Activations(self.bwd_temp_elems_per_token, self.bwd_temp_fixed_bytes_per_token)
 
     def to_dict(self) -> dict:
         return {"other_params": self.other_params, "flops_per_token": self.flops_per_token,
                 "act_elems_per_token": self.act_elems_per_token,
                 "act_fixed_bytes_per_token": self.act_fixed_bytes_per_token,
                 "largest_param": self.largest_param,
+                "bwd_temp_elems_per_token": self.bwd_temp_elems_per_token,
+                "bwd_temp_fixed_bytes_per_token": self.bwd_temp_fixed_bytes_per_token,
                 "linears": [{"name": l.name, "in_features": l.in_features,
                              "out_features": l.out_features, "bias": l.bias} for l in self.linears]}
 
@@ -190,7 +200,12 @@ def _group(data, field: str, source: str) -> DescribedGroup:
                           act_fixed_bytes_per_token=_num(g.get("act_fixed_bytes_per_token", 0),
                                                          f"{field}.act_fixed_bytes_per_token", source),
                           largest_param=_int(g.get("largest_param", largest_default),
-                                             f"{field}.largest_param", source))
+                                             f"{field}.largest_param", source),
+                          bwd_temp_elems_per_token=_num(g.get("bwd_temp_elems_per_token", 0),
+                                                        f"{field}.bwd_temp_elems_per_token", source),
+                          bwd_temp_fixed_bytes_per_token=_num(
+                              g.get("bwd_temp_fixed_bytes_per_token", 0),
+                              f"{field}.bwd_temp_fixed_bytes_per_token", source))
 
 
 def _linear(data, field: str, source: str) -> LinearShape:

@@ -75,6 +75,9 @@ class OpGroup:
     largest_param: int = 0
     """Elements of the largest parameter tensor when measured (described models); 0: derived
     from the shapes (costmodel/lowering.py largest_tensor)."""
+    bwd_temp: Activations = Activations()
+    """Per token: what the group's backward holds beyond its saved tensors and the gradients
+    flowing in and out (described models measure it; the built-in families' is 0)."""
 
     @property
     def param_count(self) -> int:
@@ -258,7 +261,7 @@ def _mlp(cfg: ModelConfig) -> tuple[tuple[LinearShape, ...], Activations]:
 
 def _described_group(name: str, kind: str, plan_key: str, g) -> OpGroup:
     return OpGroup(name, kind, plan_key, g.linears, g.other_params, g.flops_per_token,
-                   g.activations, g.largest_param)
+                   g.activations, g.largest_param, g.bwd_temp)
 
 
 def _described_spec(cfg: ModelConfig) -> ModelSpec:
