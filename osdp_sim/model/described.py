@@ -235,3 +235,11 @@ def _block(data, field: str, source: str) -> DescribedBlock:
         checkpoint_fixed_bytes_per_token=_num(b.get("checkpoint_fixed_bytes_per_token", 0),
                                               f"{field}.checkpoint_fixed_bytes_per_token", source),
         repeat=_int(b.get("repeat", 1), f"{field}.repeat", source, 1))
+
+
+def described_yaml(cfg) -> str:
+    """The model YAML text of a described ModelConfig (load_model reads it back)."""
+    import yaml
+    if cfg.described is None:
+        raise UserError(f"model {cfg.name!r} is not a described one", field="model")
+    return yaml.safe_dump({"described": cfg.described.to_dict()}, sort_keys=False)
