@@ -92,6 +92,10 @@ def test_a_hand_computed_mlp_without_a_layout():
     assert mlp.name == "block0.mlp" and mlp.param_count == 4 * 8 + 8 + 8 * 4 + 4
     assert mlp.fwd_flops_per_token == 128.0
     assert mlp.activations.elems_per_token == 20.0 and mlp.activations.fixed_bytes_per_token == 0.0
+    # Backward transient: at GELU's backward its gradient (8) and that of fc2's input (8) are
+    # live and fc2's saved input (8) is freed; less the input gradient it returns (4, the cost
+    # model's act_grad): 4 elements per token.
+    assert mlp.bwd_temp.elems_per_token == 4.0 and mlp.bwd_temp.fixed_bytes_per_token == 0.0
     attn = spec.groups[1]               # the block's `scale` Linear: keeps its input (4 elements)
     assert attn.param_count == 16 and attn.activations.elems_per_token == 4.0
     assert spec.seq_len == 3 and spec.config.hidden == 4 and spec.config.n_layers == 2
@@ -197,3 +201,27 @@ def test_estimate_and_search_take_a_described_model(vit_spec):
     assert est.peak_memory_bytes > 0 and est.iteration_time_s > 0
     found = api.search(vit_spec, HW, "64MiB", time_limit_s=30, micro_batches=(1, 2))
     assert found.plan is not None and found.plan.model == vit_spec.config
+
+
+def test_the_cost_model_holds_a_groups_backward_transient_during_its_backward(vit_spec):
+    """Lowering charges bwd_temp x tokens (activation dtype) as temporaries for the group's
+    backward step: with the peak in block1.mlp's backward, taking block1.mlp's transient away
+    lowers the peak by exactly that many bytes."""
+    from dataclasses import replace
+
+    from osdp_sim.costmodel.estimate import estimate
+    from osdp_sim.hardware.load import load_profile
+    from osdp_sim.model.spec import Activations, ModelSpec
+    from osdp_sim.plan.plan import uniform_plan
+    hw = load_profile(HW)
+    plan = uniform_plan(vit_spec.config, "ddp", devices=2, micro_batch=16)
+    unit = vit_spec.units[2]
+    mlp = unit.groups[1]
+    assert mlp.name == "block1.mlp" and mlp.bwd_temp.elems_per_token > 0
+    without = ModelSpec(vit_spec.config, vit_spec.units[:2] + (replace(unit, groups=(
+        unit.groups[0], replace(mlp, bwd_temp=Activations())),),) + vit_spec.units[3:])
+    full, less = estimate(vit_spec, hw, plan), estimate(without, hw, plan)
+    assert full.peak_during == less.peak_during == "bwd block1.mlp"
+    tokens = 16 * vit_spec.seq_len
+    assert full.peak_memory_bytes - less.peak_memory_bytes == pytest.approx(
+        mlp.bwd_temp.bytes_per_token(2) * tokens)
