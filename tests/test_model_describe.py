@@ -225,3 +225,9 @@ def test_the_cost_model_holds_a_groups_backward_transient_during_its_backward(vi
     tokens = 16 * vit_spec.seq_len
     assert full.peak_memory_bytes - less.peak_memory_bytes == pytest.approx(
         mlp.bwd_temp.bytes_per_token(2) * tokens)
+
+
+def test_the_built_in_runner_refuses_a_described_model(vit_spec):
+    from osdp_sim.model.config import check_runtime_buildable
+    with pytest.raises(UserError, match="apply_plan"):
+        check_runtime_buildable(vit_spec.config)
