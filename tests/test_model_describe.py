@@ -120,10 +120,14 @@ def test_transformers_llama_matches_config_json_and_hf_measure(tmp_path):
     ref = load_model(str(tmp_path / "config.json"), seq_len=32, notes=[])
     measured = measure_hf(model, ids)
     tokens = ids.numel()
-    for g, r in zip(spec.groups, ref.groups, strict=True):
+    d = spec.config.described                   # the saved bytes as measured, group by group
+    saved = [d.embed] + [g for b in d.block_list(2) for g in (b.attn, b.mlp)] + [d.head]
+    for g, r, s in zip(spec.groups, ref.groups, saved, strict=True):
         assert g.param_count == r.param_count, g.name
         assert g.fwd_flops_per_token == r.fwd_flops_per_token, g.name
-        assert _close(g.activations.bytes_per_token(4) * tokens, measured["saved_bytes"][g.name], 0.01), g.name
+        assert _close(s.activations.bytes_per_token(4) * tokens, measured["saved_bytes"][g.name], 0.01), g.name
+    # transformers saves a shifted copy of the labels: the caller's labels are held beside it
+    assert d.input_fixed_bytes_per_token == 8.0 and d.input_elems_per_token == 0.0
 
 
 def test_a_7b_module_on_meta_is_described_in_seconds():
@@ -158,6 +162,11 @@ def test_loss_given_as_a_callable_is_the_same_description(vit_spec):
     assert spec.units == vit_spec.units
     assert vit_spec.seq_len == 65 and vit_spec.config.hidden == 128
     assert vit_spec.config.vocab_size == 1                  # 10 classes over 65 tokens: 1
+    # The caller's fp32 images (3 x 32 x 32 x 4 B per 65 tokens): saved as themselves in fp32,
+    # held beside their bf16 cast in bf16 (4x bytes): -2x elements and 8x fixed bytes, x = 3072 / 65.
+    x = 3 * 32 * 32 / 65
+    d = vit_spec.config.described
+    assert d.input_elems_per_token == pytest.approx(-2 * x) and d.input_fixed_bytes_per_token == pytest.approx(8 * x)
 
 
 def test_described_yaml_round_trips_and_errors_name_the_key(vit_spec, tmp_path):

@@ -85,9 +85,14 @@ def describe_module(module: nn.Module, example_input, *, layout: ModelLayout | N
     blocks_d = [DescribedBlock(described(f"block{i}.attn"), described(f"block{i}.mlp"), ckpt)
                 for i in range(len(block_list))]
     logits = max(1, math.ceil(r32.head_matmul_out / tokens)) if r32.head_matmul_out else 1
+    # Held inputs: a two-point fit like the saved bytes, exact at fp32 and bf16; its elements
+    # are negative when a floating input is saved as itself in fp32 and beside its cast in bf16.
+    h32, h16 = r32.held_input, r16.held_input
     d = DescribedModel(name=name, seq_len=int(tokens_per_sample), hidden=int(hidden),
                        logits_per_token=logits, embed=described("embed"),
-                       blocks=compress_blocks(blocks_d), head=described("head"))
+                       blocks=compress_blocks(blocks_d), head=described("head"),
+                       input_elems_per_token=(h32 - h16) / 2.0 / tokens,
+                       input_fixed_bytes_per_token=(2.0 * h16 - h32) / tokens)
     return build_spec(described_config(d, source=f"described:{type(module).__name__}"))
 
 
@@ -183,6 +188,7 @@ class _Measured:
         self.block_input_numel = 0
         self.head_matmul_out = 0
         self.group_inputs: list = []
+        self.held_input = 0
         self.bwd_temp: dict[str, int] = {}
 
 
@@ -234,7 +240,14 @@ def _run(model: nn.Module, example_input, loss, layout: ModelLayout, block_list,
     with mode:
         state = {n: fake(p, p.requires_grad) for n, p in model.named_parameters()}
         state.update({n: fake(b) for n, b in model.named_buffers()})
-        args, kwargs = _inputs(example_input, fake)
+        # The caller's batch as it holds it (its own dtypes), then the cast a bf16 policy makes
+        # of its floating tensors (FSDP2 casts the root's inputs): the cast is what the model
+        # saves, the original stays alive with the caller for the whole step.
+        held_args, held_kwargs = _inputs(example_input, lambda t: torch.empty(t.shape, dtype=t.dtype))
+        held = [t for t in (*held_args, *held_kwargs.values()) if isinstance(t, torch.Tensor)]
+        cast = lambda t: t.to(dtype) if t.is_floating_point() else t     # noqa: E731
+        args = tuple(cast(a) if isinstance(a, torch.Tensor) else a for a in held_args)
+        kwargs = {k: cast(v) if isinstance(v, torch.Tensor) else v for k, v in held_kwargs.items()}
     state_ids = {StorageWeakRef(t.untyped_storage()).cdata for t in state.values()}
     seen: set[int] = set()
 
@@ -288,6 +301,8 @@ def _run(model: nn.Module, example_input, loss, layout: ModelLayout, block_list,
         for h in handles:
             h.remove()
     del out, value
+    m.held_input = sum(t.untyped_storage().nbytes() for t in held
+                       if StorageWeakRef(t.untyped_storage()).cdata not in seen)
     with mode:
         for key, path, mod, args, kwargs in m.group_inputs:
             temp = _bwd_temp(mod, path, state, args, kwargs)

@@ -22,7 +22,8 @@ _GROUP_KEYS = ("other_params", "flops_per_token", "act_elems_per_token",
 _LINEAR_KEYS = ("name", "in_features", "out_features", "bias")
 _BLOCK_KEYS = ("repeat", "checkpoint_elems_per_token", "checkpoint_fixed_bytes_per_token",
                "attn", "mlp")
-_TOP_KEYS = ("name", "seq_len", "hidden", "logits_per_token", "embed", "blocks", "head")
+_TOP_KEYS = ("name", "seq_len", "hidden", "logits_per_token", "embed", "blocks", "head",
+             "input_elems_per_token", "input_fixed_bytes_per_token")
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,13 @@ class DescribedModel:
     embed: DescribedGroup
     blocks: tuple[DescribedBlock, ...]
     head: DescribedGroup
+    input_elems_per_token: float = 0.0
+    """The batch the caller holds through the step, beyond what the model saves of it, per
+    token: elements in the activation dtype and fixed bytes, a fit exact at fp32 and bf16 (a
+    floating input of x elements saved as itself in fp32 but held beside its bf16 cast:
+    elements -2x, fixed bytes 8x, so 0 in fp32 and 4x bytes in bf16).
+    Charged to the embedding step's activations."""
+    input_fixed_bytes_per_token: float = 0.0
 
     @property
     def n_blocks(self) -> int:
@@ -107,7 +115,9 @@ class DescribedModel:
     def to_dict(self) -> dict:
         return {"name": self.name, "seq_len": self.seq_len, "hidden": self.hidden,
                 "logits_per_token": self.logits_per_token, "embed": self.embed.to_dict(),
-                "blocks": [b.to_dict() for b in self.blocks], "head": self.head.to_dict()}
+                "blocks": [b.to_dict() for b in self.blocks], "head": self.head.to_dict(),
+                "input_elems_per_token": self.input_elems_per_token,
+                "input_fixed_bytes_per_token": self.input_fixed_bytes_per_token}
 
 
 def compress_blocks(blocks: list[DescribedBlock]) -> tuple[DescribedBlock, ...]:
@@ -136,7 +146,7 @@ def described_from_dict(data, *, source: str, field: str = "described") -> Descr
         raise UserError(msg, source=source, field=key)
 
     m = _mapping(data, _TOP_KEYS, field, source)
-    for key in _TOP_KEYS:
+    for key in _TOP_KEYS[:7]:
         if key not in m:
             fail(f"{field}.{key}", "missing required key")
     name = m["name"]
@@ -149,12 +159,23 @@ def described_from_dict(data, *, source: str, field: str = "described") -> Descr
     total = sum(b.repeat for b in blocks)
     if total > _MAX_BLOCKS:
         fail(f"{field}.blocks", f"{total} blocks; at most {_MAX_BLOCKS}")
-    return DescribedModel(name=name, seq_len=_int(m["seq_len"], f"{field}.seq_len", source, 1),
+    d = DescribedModel(name=name, seq_len=_int(m["seq_len"], f"{field}.seq_len", source, 1),
                           hidden=_int(m["hidden"], f"{field}.hidden", source, 1),
                           logits_per_token=_int(m["logits_per_token"], f"{field}.logits_per_token",
                                                 source, 1),
                           embed=_group(m["embed"], f"{field}.embed", source), blocks=blocks,
-                          head=_group(m["head"], f"{field}.head", source))
+                          head=_group(m["head"], f"{field}.head", source),
+                          input_elems_per_token=_num(m.get("input_elems_per_token", 0),
+                                                     f"{field}.input_elems_per_token", source,
+                                                     signed=True),
+                          input_fixed_bytes_per_token=_num(m.get("input_fixed_bytes_per_token", 0),
+                                                           f"{field}.input_fixed_bytes_per_token",
+                                                           source))
+    if d.input_elems_per_token * 2 + d.input_fixed_bytes_per_token < 0:
+        raise UserError("the held input is negative in bf16 (input_elems_per_token x 2 + "
+                        "input_fixed_bytes_per_token)", source=source,
+                        field=f"{field}.input_elems_per_token")
+    return d
 
 
 def _mapping(data, keys: tuple, field: str, source: str) -> dict:
@@ -174,10 +195,11 @@ def _int(value, field: str, source: str, minimum: int = 0) -> int:
     return value
 
 
-def _num(value, field: str, source: str) -> float:
+def _num(value, field: str, source: str, signed: bool = False) -> float:
+    low = -_MAX_INT if signed else 0
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 <= value <= _MAX_INT:
-        raise UserError(f"expected a number in 0..{_MAX_INT}, got {value!r}", source=source, field=field)
+            or not low <= value <= _MAX_INT:
+        raise UserError(f"expected a number in {low}..{_MAX_INT}, got {value!r}", source=source, field=field)
     return float(value)
 
 

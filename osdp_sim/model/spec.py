@@ -268,8 +268,13 @@ def _described_spec(cfg: ModelConfig) -> ModelSpec:
     """The measured groups as they are (model/described.py); blocks beyond the described ones
     repeat the last (the planner's n+1 extrapolation)."""
     d = cfg.described
-    units = [Unit("embed", "embed", -1, (_described_group("embed", "embed", "root", d.embed),),
-                  Activations())]
+    embed = _described_group("embed", "embed", "root", d.embed)
+    # the batch the caller holds through the step: live from the first forward step on
+    embed = OpGroup(embed.name, embed.kind, embed.plan_key, embed.linears, embed.other_params,
+                    embed.fwd_flops_per_token, embed.activations + Activations(
+                        d.input_elems_per_token, d.input_fixed_bytes_per_token),
+                    embed.largest_param, embed.bwd_temp)
+    units = [Unit("embed", "embed", -1, (embed,), Activations())]
     for i, b in enumerate(d.block_list(cfg.n_layers)):
         groups = tuple(_described_group(f"block{i}.{k}", k, f"block{i}.{k}", getattr(b, k))
                        for k in ("attn", "mlp"))
