@@ -189,6 +189,8 @@ def test_a_plan_of_a_described_model_is_self_contained(vit_spec, tmp_path):
     save_plan(plan, tmp_path / "p.json")
     data = json.loads((tmp_path / "p.json").read_text())
     assert data["version"] == 3 and data["model"]["described"]["blocks"]
+    from json_schema import validate
+    assert validate(data) == []                # the documented plan format (docs/json.md)
     loaded = load_plan(tmp_path / "p.json")
     assert loaded == plan and build_spec(loaded.model).units == vit_spec.units
     data["version"] = 2                        # format 2 has no described models
