@@ -242,3 +242,9 @@ def test_the_built_in_runner_refuses_a_described_model(vit_spec):
     from osdp_sim.model.config import check_runtime_buildable
     with pytest.raises(UserError, match="apply_plan"):
         check_runtime_buildable(vit_spec.config)
+
+
+def test_a_described_model_at_another_sequence_length_is_refused(vit_spec):
+    from osdp_sim import api
+    with pytest.raises(UserError, match="measured at seq_len 65"):
+        api.load_model(vit_spec, seq_len=128)

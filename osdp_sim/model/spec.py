@@ -268,6 +268,12 @@ def _described_spec(cfg: ModelConfig) -> ModelSpec:
     """The measured groups as they are (model/described.py); blocks beyond the described ones
     repeat the last (the planner's n+1 extrapolation)."""
     d = cfg.described
+    if cfg.seq_len != d.seq_len:
+        # per-token numbers hold at the measured length only (attention grows with it)
+        from osdp_sim.errors import UserError
+        raise UserError(f"the described model {cfg.name!r} was measured at seq_len {d.seq_len}; "
+                        f"describe it again at {cfg.seq_len}", source=cfg.source or None,
+                        field="seq_len")
     embed = _described_group("embed", "embed", "root", d.embed)
     # the batch the caller holds through the step: live from the first forward step on
     embed = OpGroup(embed.name, embed.kind, embed.plan_key, embed.linears, embed.other_params,
