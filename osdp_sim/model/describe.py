@@ -114,10 +114,17 @@ def _find_layout(model: nn.Module, blocks: str | None) -> ModelLayout:
                         f"{children}); pass layout=ModelLayout(...)", field="layout")
     if at > 1 and any(k in children[at - 1].lower() for k in _NORM_NAMES):
         at -= 1
-    root = tuple(n for n, _ in model.named_children() if n != blocks.split(".")[0])
+    # The root: the siblings of the block list and of each module above it, in order.
+    root: list[str] = []
+    parts = blocks.split(".")
+    for depth in range(len(parts)):
+        prefix = ".".join(parts[:depth])
+        parent = model.get_submodule(prefix) if prefix else model
+        root += [f"{prefix}.{n}" if prefix else n for n, _ in parent.named_children()
+                 if n != parts[depth]]
     return ModelLayout(name=type(model).__name__, blocks=blocks,
                        attn=GroupLayout(modules=tuple(children[:at])),
-                       mlp=GroupLayout(modules=tuple(children[at:])), root=root or (blocks,))
+                       mlp=GroupLayout(modules=tuple(children[at:])), root=tuple(root) or (blocks,))
 
 
 def _blocks(model: nn.Module, path: str) -> list[nn.Module]:
@@ -265,9 +272,9 @@ def _run(model: nn.Module, example_input, loss, layout: ModelLayout, block_list,
         handles.append(module.register_forward_hook(post))
 
     for i, block in enumerate(block_list):
-        def block_pre(mod, args, i=i):
+        def block_pre(mod, args, kwargs, i=i):
             if m.block_input_shape is None:
-                first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+                first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
                 if first is not None:
                     m.block_input_shape = tuple(first.shape)
                     m.block_input_numel = first.numel()
@@ -277,7 +284,7 @@ def _run(model: nn.Module, example_input, loss, layout: ModelLayout, block_list,
             stack.pop()
             if i == len(block_list) - 1:
                 stack[:] = ["head"]
-        on(block, block_pre, block_post)
+        on(block, block_pre, block_post, with_kwargs=True)
         for kind in ("attn", "mlp"):
             key = f"block{i}.{kind}"
             for path in layout.group(kind).modules:
