@@ -109,7 +109,9 @@ MODEL = obj(name=TEXT, family=TEXT, n_layers=COUNT, hidden=COUNT, n_heads=COUNT,
             head_size=opt(COUNT), qkv_bias=opt(FLAG), attn_out_bias=opt(FLAG), mlp_bias=opt(FLAG),
             mlp_kind=opt(TEXT), norm_kind=opt(TEXT), fused_qkv=opt(FLAG), fused_gate_up=opt(FLAG),
             sliding_window=opt(F(INTEGER, unit="tokens")), n_experts=opt(COUNT), top_k=opt(COUNT),
-            source=opt(TEXT), implementation=opt(TEXT))
+            source=opt(TEXT), implementation=opt(TEXT),
+            # version 3: a described model's measured groups (docs/models.md, "Any torch module")
+            described=opt(F(OBJECT)))
 
 GROUP = F((STRING, OBJECT), keys={"strategy": TEXT, "slices": opt(COUNT), "sharded_slices": opt(COUNT)})
 

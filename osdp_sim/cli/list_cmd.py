@@ -44,6 +44,11 @@ def describe(path: str, seq_len: int | None) -> int:
           f"seq_len {cfg.seq_len}, {format_params(spec.param_count)} parameters "
           f"({spec.param_count:,}), {spec.fwd_flops_per_token:,.0f} FLOP forward per token")
     print(f"source {cfg.source}")
+    if cfg.described is not None:
+        # Measured groups (describe_module): the family's shape fields mean nothing here.
+        extra = [f"logits_per_token {cfg.vocab_size}", f"block entries {len(cfg.described.blocks)}"]
+        print("shape  described, " + ", ".join(extra))
+        return _groups_table(spec)
     extra = [f"{k} {v}" for k, v in (("heads", cfg.n_heads), ("kv_heads", cfg.kv_heads),
                                      ("head_dim", cfg.head_dim), ("ffn", cfg.ffn),
                                      ("vocab", cfg.vocab_size), ("mlp", cfg.mlp_kind),
@@ -54,6 +59,10 @@ def describe(path: str, seq_len: int | None) -> int:
     if cfg.moe:
         extra.append(f"experts {cfg.n_experts} top_k {cfg.top_k}")
     print("shape  " + ", ".join(extra))
+    return _groups_table(spec)
+
+
+def _groups_table(spec) -> int:
     rows = [("group", "kind", "linears", "params", "fwd FLOP/token", "act B/token bf16", "act B/token fp32")]
     blocks = spec.blocks
     shown = [g for u in spec.units if u.kind != "block" or u is blocks[0] for g in u.groups]

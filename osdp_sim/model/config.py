@@ -1,8 +1,10 @@
 """Architecture hyperparameters of a transformer: the input of the model description."""
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 FAMILIES = ("gpt2", "bert", "llama")
+# A model given by measured numbers per group (model/described.py, describe_module), not by shape.
+DESCRIBED = "described"
 MLP_KINDS = ("gelu", "swiglu", "geglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
 IMPLEMENTATIONS = ("osdp", "hf")
@@ -87,8 +89,16 @@ class ModelConfig:
     """Whose modules run it, which decides what is kept for backward (one of IMPLEMENTATIONS):
     'osdp' the project's runtime modules (osdp_sim/runtime/modules.py), 'hf' transformers 5.x's
     (every config.json; docs/models.md lists what they keep beyond 'osdp')."""
+    described: object = None
+    """family 'described' only: the measured groups (a model/described.py DescribedModel; its
+    to_dict form is accepted and parsed). The shape fields then hold what the cost model reads:
+    hidden (block input width), seq_len (tokens per sample), vocab_size (logits per token)."""
 
     def __post_init__(self):
+        if isinstance(self.described, dict):
+            from osdp_sim.model.described import described_from_dict
+            object.__setattr__(self, "described", described_from_dict(
+                self.described, source=self.source or self.name, field="model.described"))
         defaults = FAMILY_DEFAULTS.get(self.family, FAMILY_DEFAULTS["llama"])
         for name, value in defaults.items():
             if getattr(self, name) in (None, ""):
@@ -133,7 +143,13 @@ class ModelConfig:
         return min(self.seq_len, self.sliding_window) if self.sliding_window else self.seq_len
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field; `described` as its explicit-unit dictionary, left out when there is none
+        (so the other families' plan files and records are as before)."""
+        data = asdict(replace(self, described=None))
+        del data["described"]
+        if self.described is not None:
+            data["described"] = self.described.to_dict()
+        return data
 
     @staticmethod
     def field_names() -> tuple[str, ...]:
@@ -149,13 +165,15 @@ V1_FIELDS = ("name", "family", "n_layers", "hidden", "n_heads", "vocab_size", "s
 V2_FIELDS = V1_FIELDS + ("head_size", "qkv_bias", "attn_out_bias", "mlp_bias", "mlp_kind",
                          "norm_kind", "fused_qkv", "fused_gate_up", "sliding_window", "n_experts",
                          "top_k", "source")
-MODEL_FIELDS = {1: V1_FIELDS, 2: V2_FIELDS, 3: V2_FIELDS + ("implementation",)}
+MODEL_FIELDS = {1: V1_FIELDS, 2: V2_FIELDS, 3: V2_FIELDS + ("implementation", "described")}
 MODEL_FORMAT_VERSION = max(MODEL_FIELDS)
 
 
 def differs_from_family(cfg: ModelConfig) -> list[str]:
     """Fields that take cfg away from its family's built-in structure (what the runtime's own
     modules build): empty for every built-in model."""
+    if cfg.family == DESCRIBED:
+        return []
     out = [name for name, value in FAMILY_DEFAULTS[cfg.family].items() if getattr(cfg, name) != value]
     if cfg.head_size and cfg.head_size * cfg.n_heads != cfg.hidden:
         out.append("head_size")
@@ -188,6 +206,10 @@ def check_runtime_buildable(cfg: ModelConfig, source: str | None = None) -> None
     that differs otherwise (fused projections, experts, a window shorter than the sequence, ...)
     would run as a different model, so it is refused rather than measured wrongly."""
     from osdp_sim.errors import UserError
+    if cfg.family == DESCRIBED:
+        raise UserError("a described model has no built-in modules; run it with its own torch "
+                        "module through osdp_sim.runtime.apply_plan (docs/runtime.md, 'Running a "
+                        "described module')", source=source or cfg.source or cfg.name, field="--model")
     gaps = runtime_gaps(cfg)
     if gaps:
         raise UserError(f"the runtime's {cfg.family} modules cannot build this model as it is "

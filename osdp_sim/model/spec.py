@@ -88,6 +88,12 @@ class OpGroup:
     other_params: int              # norms, embeddings, biases outside `linears`
     fwd_flops_per_token: float
     activations: Activations
+    largest_param: int = 0
+    """Elements of the largest parameter tensor when measured (described models); 0: derived
+    from the shapes (costmodel/lowering.py largest_tensor)."""
+    bwd_temp: Activations = Activations()
+    """Per token: what the group's backward holds beyond its saved tensors and the gradients
+    flowing in and out (described models measure it; the built-in families' is 0)."""
 
     @property
     def param_count(self) -> int:
@@ -321,8 +327,42 @@ def _hf_extra(cfg: ModelConfig) -> dict[str, Activations]:
     return out
 
 
+def _described_group(name: str, kind: str, plan_key: str, g) -> OpGroup:
+    return OpGroup(name, kind, plan_key, g.linears, g.other_params, g.flops_per_token,
+                   g.activations, g.largest_param, g.bwd_temp)
+
+
+def _described_spec(cfg: ModelConfig) -> ModelSpec:
+    """The measured groups as they are (model/described.py); blocks beyond the described ones
+    repeat the last (the planner's n+1 extrapolation)."""
+    d = cfg.described
+    if cfg.seq_len != d.seq_len:
+        # per-token numbers hold at the measured length only (attention grows with it)
+        from osdp_sim.errors import UserError
+        raise UserError(f"the described model {cfg.name!r} was measured at seq_len {d.seq_len}; "
+                        f"describe it again at {cfg.seq_len}", source=cfg.source or None,
+                        field="seq_len")
+    embed = _described_group("embed", "embed", "root", d.embed)
+    # the batch the caller holds through the step: live from the first forward step on
+    embed = OpGroup(embed.name, embed.kind, embed.plan_key, embed.linears, embed.other_params,
+                    embed.fwd_flops_per_token, embed.activations + Activations(
+                        d.input_elems_per_token, d.input_fixed_bytes_per_token),
+                    embed.largest_param, embed.bwd_temp)
+    units = [Unit("embed", "embed", -1, (embed,), Activations())]
+    for i, b in enumerate(d.block_list(cfg.n_layers)):
+        groups = tuple(_described_group(f"block{i}.{k}", k, f"block{i}.{k}", getattr(b, k))
+                       for k in ("attn", "mlp"))
+        units.append(Unit(f"block{i}", "block", i, groups,
+                          Activations(b.checkpoint_elems_per_token, b.checkpoint_fixed_bytes_per_token)))
+    units.append(Unit("head", "head", -1, (_described_group("head", "head", "root", d.head),),
+                      Activations()))
+    return ModelSpec(cfg, tuple(units))
+
+
 def build_spec(cfg: ModelConfig) -> ModelSpec:
     """Units in forward order: embed, block0..block{L-1}, head."""
+    if cfg.described is not None:
+        return _described_spec(cfg)
     h = cfg.hidden
     norm = _norm_params(cfg)
     stats = _norm_fixed_bytes(cfg)

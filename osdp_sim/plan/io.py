@@ -13,7 +13,8 @@ from osdp_sim.plan.plan import OPTIMIZERS, PRECISIONS, SPLITS, STRATEGIES, Group
 FORMAT = "osdp-sim/plan"
 # Version 2 (model stage, issue 13): the embedded model gained head_size, biases, mlp_kind,
 # norm_kind, fused projections, sliding_window, n_experts, top_k and source. Version 3: the
-# model's implementation ('osdp' or 'hf'). What each version's model holds is listed once, in
+# model's implementation ('osdp' or 'hf'), and a described model's measured groups under
+# model.described (model/described.py). What each version's model holds is listed once, in
 # model.config.MODEL_FIELDS; older files are read with the later fields at their defaults.
 VERSION = MODEL_FORMAT_VERSION
 READS = tuple(sorted(MODEL_FIELDS))

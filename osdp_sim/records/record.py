@@ -23,7 +23,8 @@ from osdp_sim.plan import Plan, plan_from_dict, plan_to_dict, write_json_atomic
 FORMAT = "osdp-sim/record"
 # Version 2: the model (and the plan, plan format 2) gained the model stage's new fields;
 # version 3 the model's implementation (model.config.MODEL_FIELDS lists each version's fields)
-# and the optional env.fake_world (validate --fake-world).
+# and the optional env.fake_world (validate --fake-world); a described model's measured groups
+# (model.described).
 # An older record's model is compared with its plan after the same upgrade (defaults).
 VERSION = MODEL_FORMAT_VERSION
 READS = tuple(sorted(MODEL_FIELDS))
@@ -184,7 +185,7 @@ def plan_identity(plan: dict) -> dict:
         older = {k: model[k] for k in MODEL_FIELDS[version] if k in model}
         try:
             upgraded = ModelConfig(**older).to_dict()
-        except TypeError:
+        except (TypeError, UserError):      # e.g. a described model: no older format holds it
             return d
         if all(model.get(k) == v for k, v in upgraded.items() if k != "source"):
             d.update(version=version, model=older)
