@@ -101,14 +101,17 @@ TIME_BREAKDOWN = obj(**{k: SECONDS for k in (
     "all_reduce_exposed_s", "communication_s", "exposed_communication_s", "iteration_s", "compute_s")})
 MODEL_STATES = obj(params=BYTES, grads=BYTES, optimizer=BYTES)
 
-# A model configuration (osdp_sim/model/config.py): version 1 files hold the first twelve keys.
+# A model configuration (osdp_sim/model/config.py): version 1 files hold the first twelve keys,
+# version 2 all but implementation (model.config.MODEL_FIELDS).
 MODEL = obj(name=TEXT, family=TEXT, n_layers=COUNT, hidden=COUNT, n_heads=COUNT, vocab_size=COUNT,
             seq_len=F(INTEGER, unit="tokens"), n_kv_heads=COUNT, ffn_hidden=COUNT, max_positions=COUNT,
             type_vocab_size=COUNT, tied_head=FLAG,
             head_size=opt(COUNT), qkv_bias=opt(FLAG), attn_out_bias=opt(FLAG), mlp_bias=opt(FLAG),
             mlp_kind=opt(TEXT), norm_kind=opt(TEXT), fused_qkv=opt(FLAG), fused_gate_up=opt(FLAG),
             sliding_window=opt(F(INTEGER, unit="tokens")), n_experts=opt(COUNT), top_k=opt(COUNT),
-            source=opt(TEXT))
+            source=opt(TEXT), implementation=opt(TEXT),
+            # version 3: a described model's measured groups (docs/models.md, "Any torch module")
+            described=opt(F(OBJECT)))
 
 GROUP = F((STRING, OBJECT), keys={"strategy": TEXT, "slices": opt(COUNT), "sharded_slices": opt(COUNT)})
 
@@ -248,8 +251,8 @@ SWEEP = F(OBJECT, keys={
 FORMATS = {
     "osdp-sim/estimate": ((ESTIMATE,), (1,)),
     "osdp-sim/search": ((SEARCH, SEARCH_NO_PLAN), (1,)),
-    "osdp-sim/plan": ((PLAN,), (1, 2)),
-    "osdp-sim/record": ((RECORD,), (1, 2)),
+    "osdp-sim/plan": ((PLAN,), (1, 2, 3)),
+    "osdp-sim/record": ((RECORD,), (1, 2, 3)),
     "osdp-sim/sweep": ((SWEEP,), (1,)),
 }
 

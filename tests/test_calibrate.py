@@ -22,6 +22,7 @@ from osdp_sim.calibrate.runs import load_runs, plan_label
 from osdp_sim.cli.main import main
 from osdp_sim.costmodel import estimate
 from osdp_sim.errors import UserError
+from osdp_sim.plan import plan_to_dict
 from osdp_sim.hardware.dump import save_profile
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model_config
@@ -622,3 +623,40 @@ def test_campaign_time_limit_flag_is_checked(tmp_path, capsys):
         assert main(["campaign", str(path), "--time-limit", bad]) == 2
         assert "--time-limit: expected a positive, finite number of seconds" in capsys.readouterr().err
     assert not (tmp_path / "records").exists()
+
+
+def _llama_config_json(tmp_path):
+    d = tmp_path / "tiny-llama"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 172,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 256, "max_position_embeddings": 64}))
+    return d
+
+
+def test_campaign_runs_of_a_config_json_are_predicted_as_the_runtime_modules(tmp_path):
+    """The runs execute the runtime's own modules: a config.json model ('hf') is planned,
+    predicted and named as implementation 'osdp'."""
+    from osdp_sim.model import load_model_config
+    from osdp_sim.records.record import plan_identity
+    model = str(_llama_config_json(tmp_path))
+    assert load_model_config(model, notes=[]).implementation == "hf"
+    c = campaign_from_dict(_campaign(tmp_path, runs=[{"model": model, "nproc": 2, "plans": [
+        {"strategy": "zero3", "micro_batch": 1}]}]), "c.yaml")
+    [job] = plan_jobs(c)
+    assert job.plan.model.implementation == "osdp"
+    assert plan_identity(plan_to_dict(job.plan))["version"] < 3      # names as before format 3
+
+
+def test_validate_predicts_a_config_json_as_the_runtime_modules(tmp_path, capsys):
+    from osdp_sim.cli.validate_cmd import runtime_plan
+    from osdp_sim.model import load_model_config
+    from osdp_sim.plan import uniform_plan
+    cfg = load_model_config(str(_llama_config_json(tmp_path)), notes=[])
+    plan = uniform_plan(cfg, "zero3", devices=2, micro_batch=1)
+    ran = runtime_plan(plan, "osdp")
+    assert ran.model.implementation == "osdp" and ran.choices == plan.choices
+    err = capsys.readouterr().err
+    assert "implementation osdp" in err and len(err.strip().splitlines()) == 1
+    assert runtime_plan(ran, "osdp") is ran and capsys.readouterr().err == ""

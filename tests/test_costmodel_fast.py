@@ -104,3 +104,37 @@ def test_run_compute_time_depends_on_the_queue_only_through_its_total_work():
         less = total * rng.random()
         d2, l2 = run([(less, 0.0, 0.0, 0.0, less, True)] if less > 0 else [])
         assert d2 <= dur + 1e-12 and l2 <= left + 1e-12
+
+
+HF_LIKE = {   # the structures whose transformers terms differ, at a size the test runs quickly
+    "llama": with_overrides(BUILTIN["llama-tiny"], n_layers=3, implementation="hf"),
+    "gemma": with_overrides(BUILTIN["llama-tiny"], n_layers=3, head_size=96, mlp_kind="geglu",
+                            tied_head=True, implementation="hf"),
+    "mixtral": with_overrides(BUILTIN["llama-tiny"], n_layers=3, n_experts=4, top_k=2,
+                              fused_gate_up=True, implementation="hf"),
+    "gpt2": with_overrides(BUILTIN["gpt2-tiny"], n_layers=3, implementation="hf"),
+    "bert": with_overrides(BUILTIN["bert-tiny"], n_layers=3, implementation="hf"),
+}
+
+
+@pytest.mark.parametrize("name", HF_LIKE)
+def test_per_forward_terms_match_estimate(name):
+    """Descriptions with implementation 'hf' hold terms kept once per forward (rotary tables,
+    position ids, Gemma's 1 + weight): fast_estimate charges them as estimate() does, and both
+    charge them (a micro-batch of one sample keeps more than the per-token terms say)."""
+    spec = build_spec(HF_LIKE[name])
+    assert any(g.activations.bytes_per_forward(2) > 0 for g in spec.groups)
+    hw = load_profile("titan8")
+    rng = random.Random(11)
+    for _ in range(6):
+        plan = random_plan(rng, spec, hw)
+        e, f = estimate(spec, hw, plan), fast_estimate(spec, hw, plan)
+        assert f.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+        assert f.peak_memory_bytes == pytest.approx(e.peak_memory_bytes, rel=1e-9)
+    # estimate() charges the per-forward bytes: zero them and the peak drops
+    from osdp_sim.model.spec import Activations, ModelSpec
+    plan = replace(random_plan(rng, spec, hw), checkpoint=(False,) * len(spec.blocks))
+    per_token = ModelSpec(spec.config, tuple(replace(u, groups=tuple(
+        replace(g, activations=Activations(g.activations.elems_per_token, g.activations.fixed_bytes_per_token))
+        for g in u.groups)) for u in spec.units))
+    assert estimate(per_token, hw, plan).peak_memory_bytes < estimate(spec, hw, plan).peak_memory_bytes

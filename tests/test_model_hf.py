@@ -9,7 +9,9 @@ import pytest
 
 from osdp_sim.cli.main import main
 from osdp_sim.errors import UserError
-from osdp_sim.model import load_model, load_model_config
+from osdp_sim.model import build_spec, load_model, load_model_config
+from osdp_sim.model.config import for_implementation
+from osdp_sim.model.spec import Activations
 from osdp_sim.model.hf import ARCHITECTURES
 from hf_counts import COUNTS, HF_DIR, transformers_param_count
 
@@ -41,12 +43,36 @@ def _shape(spec):
             for g in spec.groups] + [u.ckpt_activations for u in spec.blocks]
 
 
+def _structure(spec):
+    return [(g.name, g.linears, g.other_params, g.fwd_flops_per_token) for g in spec.groups]
+
+
 def test_llama_2_config_is_the_builtin_llama_7b():
     notes = []
     hf = load_model(str(HF_DIR / "llama-2-7b"), notes=notes, seq_len=2048)
-    assert _shape(hf) == _shape(load_model("llama-7b"))
+    builtin = load_model("llama-7b")
     assert notes == []          # --seq-len given: no sequence note, and nothing to warn about
     assert load_model(str(HF_DIR / "llama-2-7b"), notes=[]).seq_len == 4096   # its own default
+    # Same parameters and FLOPs; as the runtime's modules keep it, the very same description.
+    assert _structure(hf) == _structure(builtin) and hf.param_count == builtin.param_count
+    assert _shape(build_spec(for_implementation(hf.config, "osdp"))) == _shape(builtin)
+    # transformers keeps more (docs/models.md): per RMSNorm (two per block, the final one) its fp32
+    # input, 4h bytes per token; block 0 the rotary cos/sin, 2 x seq x head_dim elements per
+    # forward; the head the fp32 scalar loss.
+    h, seq, head_dim = 4096, 2048, 128
+    for ours, base in zip(hf.groups, builtin.groups):
+        extra = Activations()
+        if ours.kind != "embed":
+            extra += Activations(fixed_bytes_per_token=4.0 * h)
+        if ours.name == "block0.attn":
+            extra += Activations(elems_per_forward=2.0 * seq * head_dim)
+        if ours.kind == "head":
+            extra += Activations(fixed_bytes_per_forward=4.0)
+        assert ours.activations == base.activations + extra, ours.name
+    # Per micro-batch of one sample in bf16: 65 norms x 4h x seq bytes + the tables (2 B each).
+    more = sum(g.activations.bytes_for(2, seq) for g in hf.groups) - \
+        sum(g.activations.bytes_for(2, seq) for g in builtin.groups)
+    assert more == 65 * 4 * h * seq + 2 * seq * head_dim * 2 + 4 == 2_182_086_660
 
 
 def test_default_sequence_length_is_said(tmp_path):
@@ -96,9 +122,17 @@ def test_mixtral_moe_terms_hand_computed():
     assert mlp.param_count == 1_409_286_144 + 32_768 + 4096
     assert mlp.fwd_flops_per_token == 2 * h * e + k * 2 * 3 * h * f   # router + k experts
     assert mlp.fwd_flops_per_token == 65_536 + 704_643_072
-    # x, norm out; per token-expert pair: gathered rows, gate_up (2f), act, product, out, weight
-    assert mlp.activations.elems_per_token == 2 * h + k * (h + 4 * f + h + 1)
-    assert mlp.activations.fixed_bytes_per_token == 4 + 4 * e + 8 * k   # 1/rms, softmax, indices
+    # As the runtime's modules would keep it: x, norm out; per token-expert pair: gathered rows,
+    # gate_up (2f), act, product, out, weight; fixed: 1/rms, softmax, indices
+    osdp = build_spec(for_implementation(spec.config, "osdp")).blocks[0].groups[1]
+    assert osdp.activations == Activations(2 * h + k * (h + 4 * f + h + 1), 4 + 4 * e + 8 * k)
+    # transformers (grouped_mm): the norm's fp32 input (4h; its normalised tensor takes the
+    # input's place among the elements), per pair the fp32 weight (4, no longer an element) and
+    # three int64 permutations (24); per token the top-k weights and their sum (fp32); per
+    # forward the int32 expert offsets
+    assert mlp.activations == Activations(2 * h + k * (h + 4 * f + h),
+                                          4 + 4 * h + 4 * e + 8 * k + 28 * k + 4 + 4 * k, 0, 4 * e)
+    assert mlp.activations.bytes_per_token(2) == 2 * (2 * h + 2 * (2 * h + 4 * f)) + 4 + 4 * h + 32 + 16 + 56 + 4 + 8
     experts = [l for l in mlp.linears if l.copies == e]
     assert [l.name for l in experts] == ["experts.gate_up_proj", "experts.down_proj"]
 
@@ -253,3 +287,47 @@ def test_a_learned_position_table_must_have_rows(tmp_path, seq_len):
     (tmp_path / "config.json").write_text(json.dumps(d))
     with pytest.raises(UserError, match="n_positions: expected a positive whole number"):
         load_model(str(tmp_path), notes=[], seq_len=seq_len)
+
+
+def _extra(name: str, seq_len: int) -> dict:
+    """Per group, what the description with implementation 'hf' holds beyond 'osdp'."""
+    hf = load_model(str(HF_DIR / name), notes=[], seq_len=seq_len)
+    osdp = build_spec(for_implementation(hf.config, "osdp"))
+    return {g.name: (g.activations, o.activations) for g, o in zip(hf.groups, osdp.groups)}
+
+
+def test_gemma_norm_terms_hand_computed():
+    # GemmaRMSNorm: x.float() and the fp32 normalised tensor (8h bytes) in place of the input (h
+    # elements), and per forward the fp32 1 + weight (4h); block 0 also the rotary cos/sin.
+    h, d, s = 3072, 256, 1024
+    ex = _extra("gemma-7b", s)
+    hf, osdp = ex["block1.mlp"]
+    assert hf == osdp + Activations(-h, 8 * h, 0, 4 * h)
+    hf, osdp = ex["block0.attn"]
+    assert hf == osdp + Activations(-h, 8 * h, 2 * s * d, 4 * h)
+    # bf16, one sample of 1024 tokens: 8h x s - 2h x s + 4h, and 2 x 2 s d for the tables
+    assert hf.bytes_for(2, s) - osdp.bytes_for(2, s) == 18_874_368 + 12_288 + 1_048_576
+
+
+def test_gpt2_terms_hand_computed():
+    # q and v copies for SDPA (2h), gelu_new's three more ffn-wide tensors (3 x 4h), int64
+    # position ids per forward, the fp32 scalar loss; LayerNorm keeps what 'osdp' says.
+    h, s = 768, 1024
+    ex = _extra("gpt2", s)
+    assert ex["block0.attn"][0] == ex["block0.attn"][1] + Activations(2 * h)
+    assert ex["block0.mlp"][0] == ex["block0.mlp"][1] + Activations(3 * 4 * h)
+    assert ex["embed"][0] == ex["embed"][1] + Activations(fixed_bytes_per_forward=8 * s)
+    assert ex["head"][0] == ex["head"][1] + Activations(fixed_bytes_per_forward=4)
+    assert ex["block0.mlp"][0].bytes_for(2, s) - ex["block0.mlp"][1].bytes_for(2, s) == 18_874_368
+
+
+def test_bert_loss_in_the_activation_dtype_hand_computed():
+    # BertForMaskedLM: log-softmax of the logits in the activation dtype (V elements, not 4V
+    # bytes), its scalar loss one element per forward; position ids per forward.
+    v, s = 30522, 512
+    ex = _extra("bert-base-uncased", s)
+    hf, osdp = ex["head"]
+    assert hf == osdp + Activations(v, -4 * v, 1)
+    assert osdp.bytes_for(2, s) - hf.bytes_for(2, s) == 2 * v * s - 2 == 31_254_526
+    assert ex["embed"][0] == ex["embed"][1] + Activations(fixed_bytes_per_forward=8 * s)
+    assert ex["block0.attn"][0] == ex["block0.attn"][1]

@@ -322,12 +322,16 @@ def build_plan(spec: dict, model_cfg, nproc: int, *, hw=None, source: str = "<ca
 
     if "file" in spec:
         plan = load_plan(spec["file"])
-        # `source` says where each came from (a plan file of format 1 has none): not the model
-        if plan.model.to_dict() | {"source": ""} != model_cfg.to_dict() | {"source": ""}:
+        # `source` says where each came from (a plan file of format 1 has none) and
+        # `implementation` whose modules it was made for: not the model
+        same = {"source": "", "implementation": ""}
+        if plan.model.to_dict() | same != model_cfg.to_dict() | same:
             fail("file", f"the plan is for model {plan.model.name!r}, the run for {model_cfg.name!r}")
         if plan.devices != nproc:
             fail("file", f"the plan is for {plan.devices} devices, the run has nproc {nproc}")
-        return plan
+        import dataclasses
+        from osdp_sim.model.config import for_implementation
+        return dataclasses.replace(plan, model=for_implementation(plan.model, model_cfg.implementation))
     spec_ = build_spec(model_cfg)
     n = model_cfg.n_layers
     ckpt = spec.get("checkpoint", False)
@@ -420,6 +424,7 @@ def _search_plan(spec: dict, model_cfg, nproc: int, hw, common: dict, fail) -> P
 def plan_jobs(c: Campaign, *, hw=None) -> list[Job]:
     """Every validate invocation of the campaign, in file order, duplicates removed (the same plan,
     ranks and seed listed twice is one run)."""
+    from osdp_sim.model.config import for_implementation
     from osdp_sim.model.load import load_model_config
     from osdp_sim.runtime.launch import available_cores
     if hw is None and any("search" in p for run in c.runs for p in run.plans):
@@ -427,7 +432,9 @@ def plan_jobs(c: Campaign, *, hw=None) -> list[Job]:
         hw = load_profile(c.hardware)
     jobs, seen = [], set()
     for run in c.runs:
-        cfg = load_model_config(run.model, seq_len=run.seq_len)
+        # Runs are predicted (and named) as the implementation that runs them keeps it (impl: the
+        # runtime's own modules or transformers'), as validate does (validate_cmd.runtime_plan).
+        cfg = for_implementation(load_model_config(run.model, seq_len=run.seq_len), run.impl)
         threads = c.threads or max(1, available_cores() // run.nproc)
         for j, spec in enumerate(run.plans):
             fld = f"{run.field}.plans[{j}]"

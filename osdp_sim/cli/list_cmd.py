@@ -44,15 +44,25 @@ def describe(path: str, seq_len: int | None) -> int:
           f"seq_len {cfg.seq_len}, {format_params(spec.param_count)} parameters "
           f"({spec.param_count:,}), {spec.fwd_flops_per_token:,.0f} FLOP forward per token")
     print(f"source {cfg.source}")
+    if cfg.described is not None:
+        # Measured groups (describe_module): the family's shape fields mean nothing here.
+        extra = [f"logits_per_token {cfg.vocab_size}", f"block entries {len(cfg.described.blocks)}"]
+        print("shape  described, " + ", ".join(extra))
+        return _groups_table(spec)
     extra = [f"{k} {v}" for k, v in (("heads", cfg.n_heads), ("kv_heads", cfg.kv_heads),
                                      ("head_dim", cfg.head_dim), ("ffn", cfg.ffn),
                                      ("vocab", cfg.vocab_size), ("mlp", cfg.mlp_kind),
-                                     ("norm", cfg.norm_kind), ("tied_head", cfg.tied_head))]
+                                     ("norm", cfg.norm_kind), ("tied_head", cfg.tied_head),
+                                     ("implementation", cfg.implementation))]
     if cfg.sliding_window:
         extra.append(f"sliding_window {cfg.sliding_window}")
     if cfg.moe:
         extra.append(f"experts {cfg.n_experts} top_k {cfg.top_k}")
     print("shape  " + ", ".join(extra))
+    return _groups_table(spec)
+
+
+def _groups_table(spec) -> int:
     rows = [("group", "kind", "linears", "params", "fwd FLOP/token", "act B/token bf16", "act B/token fp32")]
     blocks = spec.blocks
     shown = [g for u in spec.units if u.kind != "block" or u is blocks[0] for g in u.groups]
@@ -62,6 +72,21 @@ def describe(path: str, seq_len: int | None) -> int:
         rows.append((name, g.kind, lin, f"{g.param_count:,}", f"{g.fwd_flops_per_token:,.0f}",
                      f"{g.activations.bytes_per_token(2):,.0f}", f"{g.activations.bytes_per_token(4):,.0f}"))
     _table(rows, left=3)
+    # What is kept once per micro-batch forward, whatever the batch (transformers' rotary tables,
+    # position ids, ...): block 0 may differ from the other blocks (the rotary tables).
+    once = []
+    for g in shown:
+        fwd = g.activations.bytes_per_forward
+        if not fwd(4):
+            continue
+        name = g.name
+        if g.kind in ("attn", "mlp"):
+            same = [h for u in blocks for h in u.groups if h.kind == g.kind]
+            if all(h.activations.bytes_per_forward(4) == fwd(4) for h in same):
+                name = name.replace("block0.", f"block{{0..{len(blocks) - 1}}}.") + " each"
+        once.append(f"{name} {fwd(2):,.0f} B bf16, {fwd(4):,.0f} B fp32")
+    if once:
+        print("kept once per forward, not per token: " + "; ".join(once))
     return 0
 
 

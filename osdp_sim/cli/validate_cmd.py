@@ -99,7 +99,30 @@ def _plan(args, hw, nproc_default: int):
     else:
         from osdp_sim.model.config import check_runtime_buildable
         check_runtime_buildable(plan.model, source=args.plan or args.model)
-    return plan
+    return runtime_plan(plan, args.impl)
+
+
+RUNTIME_IMPLEMENTATION_NOTE = {
+    "osdp": ("osdp-sim validate: note: {model} runs on the runtime's own modules, so it is predicted "
+             "as they keep it (implementation osdp, not {was}: transformers' modules keep more for "
+             "backward, docs/models.md)"),
+    "hf": ("osdp-sim validate: note: {model} runs on transformers' implementation (--impl hf), so it "
+           "is predicted as that keeps it (implementation hf, not {was})"),
+}
+
+
+def runtime_plan(plan, impl: str):
+    """The plan as run on `impl`'s modules ('osdp': the runtime's own; 'hf': transformers', --impl
+    hf): its model predicted and recorded with that implementation
+    (model.config.for_implementation), with a note on stderr when that changes the model's."""
+    import dataclasses
+    from osdp_sim.model.config import for_implementation
+    model = for_implementation(plan.model, impl)
+    if model == plan.model:
+        return plan
+    print(RUNTIME_IMPLEMENTATION_NOTE[impl].format(model=plan.model.name, was=plan.model.implementation),
+          file=sys.stderr)
+    return dataclasses.replace(plan, model=model)
 
 
 def hf_config_path(cfg, source: str | None = None) -> str:
@@ -126,14 +149,9 @@ def check_transformers(field: str = "--impl") -> None:
 
 
 def description_for(cfg, impl: str):
-    """The description the prediction uses: for an hf run, the one of transformers' own saved
-    tensors when the model stage offers it (osdp_sim.model.config.for_implementation)."""
-    if impl == "osdp":
-        return cfg
-    try:
-        from osdp_sim.model.config import for_implementation
-    except ImportError:
-        return cfg
+    """The description the prediction of a run on `impl` uses (a record of format 2 or older
+    holds its model as implementation osdp, whichever ran: its `impl` says)."""
+    from osdp_sim.model.config import for_implementation
     return for_implementation(cfg, impl)
 
 

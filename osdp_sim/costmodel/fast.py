@@ -135,7 +135,7 @@ def group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: HardwarePr
     plan = cfg.plan(spec, {g.plan_key: choice}, ())
     tokens = cfg.micro_batch * spec.seq_len
     cb = compute_bytes(cfg.precision)
-    act = g.activations.bytes_per_token(cb) * tokens
+    act = g.activations.bytes_for(cb, tokens)
     act_grad = 2.0 * tokens * spec.config.hidden * cb
     units: list = []
     steps = _lower_group(g, -1, hw, plan, units, tokens, act, act_grad,
@@ -174,7 +174,7 @@ def root_steps(spec: ModelSpec, hw: HardwareProfile, cfg: Config) -> RootCost:
     for g in spec.groups:
         if g.plan_key != "root":
             continue
-        act = g.activations.bytes_per_token(cb) * tokens
+        act = g.activations.bytes_for(cb, tokens)
         fwd = _root_fwd_s(g, hw, cfg.precision, tokens, act)
         logits = tokens * conf.vocab_size
         head = g.kind == "head"
@@ -548,7 +548,7 @@ def block_stages(spec: ModelSpec, plan: Plan, hw: HardwareProfile, cfg: Config):
     for unit in reversed(spec.blocks):
         per = [group_steps(g, plan.choices[g.plan_key], spec, hw, cfg) for g in unit.groups]
         if plan.checkpoint[unit.index]:
-            ck = unit.ckpt_activations.bytes_per_token(cb) * tokens
+            ck = unit.ckpt_activations.bytes_for(cb, tokens)
             out.append([("ckmlp", per[1], ck), ("ckattn", per[0], ck), ("ckpt", per[0] + per[1], ck)])
         else:
             out.append([("group", per[1], 0.0), ("group", per[0], 0.0)])

@@ -142,6 +142,8 @@ def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: Hardwa
 def largest_tensor(g: OpGroup, cfg=None) -> float:
     """Elements of the largest parameter tensor of one group: the token table of the embedding
     (cfg: the model's config), else the largest Linear weight (norms and biases are smaller)."""
+    if g.largest_param:
+        return float(g.largest_param)
     if g.kind == "embed":
         return float(cfg.vocab_size * cfg.hidden)
     if g.linears:
@@ -174,7 +176,7 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
 
     for unit in spec.units:
         for g in unit.groups:
-            act = g.activations.bytes_per_token(cb) * tokens
+            act = g.activations.bytes_for(cb, tokens)
             if g.plan_key == "root":
                 fwd = _root_fwd_s(g, hw, dtype, tokens, act)
                 logits = tokens * cfg.vocab_size
@@ -188,7 +190,7 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
                 continue
             steps.extend(_lower_group(g, unit.index, hw, plan, units, tokens, act, act_grad, ratio))
 
-    ckpt_bytes = {u.index: u.ckpt_activations.bytes_per_token(cb) * tokens for u in spec.blocks}
+    ckpt_bytes = {u.index: u.ckpt_activations.bytes_for(cb, tokens) for u in spec.blocks}
     local_params = sum(u.states.params for u in units) / 4.0          # fp32 elements held locally
     opt_bytes_moved = local_params * {"adamw": 2 * (4 + 4 + 8), "sgd": 2 * (4 + 4 + 4)}[plan.optimizer]
     optimizer_s = bandwidth_time_s(hw, opt_bytes_moved, 12 * len(units))
@@ -227,12 +229,15 @@ def _lower_group(g: OpGroup, block: int, hw: HardwareProfile, plan: Plan, units:
     core_s = 2 * gemm_time_s(hw, attn_core / 2, dtype) if attn_core > 0 else 0.0
     elem_s = _fwd_elementwise_s(hw, act)
     slice_s = {l.name: linear_time_s(hw, l, tokens, dtype, k) for l in g.linears}
+    # measured for described groups (model/describe.py), 0 for the built-in families
+    bwd_temp = g.bwd_temp.bytes_per_token(compute_bytes(dtype)) * tokens
 
     if not c.is_split:
         units.append(make_unit(g.name, g.plan_key, c.strategy, g.param_count, hw, plan,
                                largest_tensor=largest_tensor(g)))
         fwd = core_s + elem_s + sum(slice_s.values())
-        return [Step(g.name, len(units) - 1, block, fwd, ratio * fwd, act, act_grad)]
+        return [Step(g.name, len(units) - 1, block, fwd, ratio * fwd, act, act_grad,
+                     bwd_temp_bytes=bwd_temp)]
 
     # Replicated part: norms, biases, the k - j unsharded slices of every Linear.
     rep_params = g.param_count - g.splittable_params * j / k
@@ -241,7 +246,8 @@ def _lower_group(g: OpGroup, block: int, hw: HardwareProfile, plan: Plan, units:
     units.append(make_unit(g.name, g.plan_key, c.strategy, rep_params, hw, plan,
                            largest_tensor=rep_largest))
     rep_fwd = core_s + elem_s + (k - j) * sum(slice_s.values())
-    steps = [Step(g.name, len(units) - 1, block, rep_fwd, ratio * rep_fwd, act, act_grad)]
+    steps = [Step(g.name, len(units) - 1, block, rep_fwd, ratio * rep_fwd, act, act_grad,
+                  bwd_temp_bytes=bwd_temp)]
     zero3 = "zero3"
     for lin in g.linears:
         for s in range(j):

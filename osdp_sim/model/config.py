@@ -1,10 +1,13 @@
 """Architecture hyperparameters of a transformer: the input of the model description."""
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 FAMILIES = ("gpt2", "bert", "llama")
+# A model given by measured numbers per group (model/described.py, describe_module), not by shape.
+DESCRIBED = "described"
 MLP_KINDS = ("gelu", "swiglu", "geglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
+IMPLEMENTATIONS = ("osdp", "hf")
 
 # Per family: the value of every structural field left unset (None or "").
 FAMILY_DEFAULTS = {
@@ -82,8 +85,20 @@ class ModelConfig:
     """Experts each token is routed to (Mixtral 2); used when n_experts > 0."""
     source: str = ""
     """Where the model came from: 'builtin:NAME', 'yaml:PATH', 'hf:PATH (ARCHITECTURE)'."""
+    implementation: str = "osdp"
+    """Whose modules run it, which decides what is kept for backward (one of IMPLEMENTATIONS):
+    'osdp' the project's runtime modules (osdp_sim/runtime/modules.py), 'hf' transformers 5.x's
+    (every config.json; docs/models.md lists what they keep beyond 'osdp')."""
+    described: object = None
+    """family 'described' only: the measured groups (a model/described.py DescribedModel; its
+    to_dict form is accepted and parsed). The shape fields then hold what the cost model reads:
+    hidden (block input width), seq_len (tokens per sample), vocab_size (logits per token)."""
 
     def __post_init__(self):
+        if isinstance(self.described, dict):
+            from osdp_sim.model.described import described_from_dict
+            object.__setattr__(self, "described", described_from_dict(
+                self.described, source=self.source or self.name, field="model.described"))
         defaults = FAMILY_DEFAULTS.get(self.family, FAMILY_DEFAULTS["llama"])
         for name, value in defaults.items():
             if getattr(self, name) in (None, ""):
@@ -128,21 +143,37 @@ class ModelConfig:
         return min(self.seq_len, self.sliding_window) if self.sliding_window else self.seq_len
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field; `described` as its explicit-unit dictionary, left out when there is none
+        (so the other families' plan files and records are as before)."""
+        data = asdict(replace(self, described=None))
+        del data["described"]
+        if self.described is not None:
+            data["described"] = self.described.to_dict()
+        return data
 
     @staticmethod
     def field_names() -> tuple[str, ...]:
         return tuple(f.name for f in fields(ModelConfig))
 
 
-# The fields a version-1 plan or record holds; later fields take their defaults when it is read.
+# The model fields each version of the plan and record formats holds: the one place a version is
+# added (plan/io.py and records/record.py write MODEL_FORMAT_VERSION and read every key here). A
+# file of an older version is read with the fields it lacks at their defaults, which is what its
+# predictions used (a version 1 or 2 model ran on the runtime's modules: implementation 'osdp').
 V1_FIELDS = ("name", "family", "n_layers", "hidden", "n_heads", "vocab_size", "seq_len",
              "n_kv_heads", "ffn_hidden", "max_positions", "type_vocab_size", "tied_head")
+V2_FIELDS = V1_FIELDS + ("head_size", "qkv_bias", "attn_out_bias", "mlp_bias", "mlp_kind",
+                         "norm_kind", "fused_qkv", "fused_gate_up", "sliding_window", "n_experts",
+                         "top_k", "source")
+MODEL_FIELDS = {1: V1_FIELDS, 2: V2_FIELDS, 3: V2_FIELDS + ("implementation", "described")}
+MODEL_FORMAT_VERSION = max(MODEL_FIELDS)
 
 
 def differs_from_family(cfg: ModelConfig) -> list[str]:
     """Fields that take cfg away from its family's built-in structure (what the runtime's own
     modules build): empty for every built-in model."""
+    if cfg.family == DESCRIBED:
+        return []
     out = [name for name, value in FAMILY_DEFAULTS[cfg.family].items() if getattr(cfg, name) != value]
     if cfg.head_size and cfg.head_size * cfg.n_heads != cfg.hidden:
         out.append("head_size")
@@ -175,12 +206,25 @@ def check_runtime_buildable(cfg: ModelConfig, source: str | None = None) -> None
     that differs otherwise (fused projections, experts, a window shorter than the sequence, ...)
     would run as a different model, so it is refused rather than measured wrongly."""
     from osdp_sim.errors import UserError
+    if cfg.family == DESCRIBED:
+        raise UserError("a described model has no built-in modules; run it with its own torch "
+                        "module through osdp_sim.runtime.apply_plan (docs/runtime.md, 'Running a "
+                        "described module')", source=source or cfg.source or cfg.name, field="--model")
     gaps = runtime_gaps(cfg)
     if gaps:
         raise UserError(f"the runtime's {cfg.family} modules cannot build this model as it is "
                         f"({', '.join(gaps)} differ from the built-in structure); run transformers' own "
                         "implementation of it instead: --impl hf (campaigns: impl: hf)",
                         source=source or cfg.source or cfg.name, field="--model")
+
+
+def for_implementation(cfg: ModelConfig, impl: str) -> ModelConfig:
+    """The model as it is predicted when `impl`'s modules run it: validate and campaign run the
+    runtime's own modules ('osdp'), so a config.json model (implementation 'hf') is predicted as
+    those modules keep it there. The one place that decides it (validate's --impl hf keeps 'hf')."""
+    if impl not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation {impl!r}: expected one of {', '.join(IMPLEMENTATIONS)}")
+    return cfg if cfg.implementation == impl else with_overrides(cfg, implementation=impl)
 
 
 def with_overrides(cfg: ModelConfig, **overrides) -> ModelConfig:

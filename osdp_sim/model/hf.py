@@ -275,6 +275,7 @@ def from_hf_dict(data: dict, arch: Arch, *, source: str, name: str,
         notes.append(f"warning: {source}: " + "; ".join(parts))
     cfg = ModelConfig(name=name, family=arch.family, seq_len=seq_len,
                       source=f"hf:{source} ({arch.name})",
+                      implementation="hf",
                       **{k: v for k, v in fields.items() if k in ModelConfig.field_names()})
     return cfg, key_of, notes
 

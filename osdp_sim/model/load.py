@@ -5,7 +5,8 @@ from pathlib import Path
 
 
 from osdp_sim.errors import UserError
-from osdp_sim.model.config import FAMILIES, MLP_KINDS, NORM_KINDS, V1_FIELDS, ModelConfig, with_overrides
+from osdp_sim.model.config import (DESCRIBED, FAMILIES, IMPLEMENTATIONS, MLP_KINDS, MODEL_FIELDS,
+                                   MODEL_FORMAT_VERSION, NORM_KINDS, ModelConfig, with_overrides)
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import ModelSpec, build_spec
 
@@ -23,7 +24,7 @@ FIELD_TYPES: dict[str, tuple[type, int]] = {
     "tied_head": (bool, 0), "head_size": (int, 0), "qkv_bias": (bool, 0),
     "attn_out_bias": (bool, 0), "mlp_bias": (bool, 0), "mlp_kind": (str, 0), "norm_kind": (str, 0),
     "fused_qkv": (bool, 0), "fused_gate_up": (bool, 0), "sliding_window": (int, 0),
-    "n_experts": (int, 0), "top_k": (int, 0), "source": (str, 0),
+    "n_experts": (int, 0), "top_k": (int, 0), "source": (str, 0), "implementation": (str, 0),
 }
 MAX_EXPERTS = 2 ** 16
 
@@ -35,7 +36,7 @@ YAML_KEYS = {
     "head_dim": "head_size", "qkv_bias": "qkv_bias", "attn_out_bias": "attn_out_bias",
     "mlp_bias": "mlp_bias", "mlp": "mlp_kind", "norm": "norm_kind", "fused_qkv": "fused_qkv",
     "fused_gate_up": "fused_gate_up", "sliding_window": "sliding_window", "experts": "n_experts",
-    "top_k": "top_k",
+    "top_k": "top_k", "implementation": "implementation",
 }
 _REQUIRED = ("family", "layers", "hidden", "heads", "vocab", "seq_len")
 _YAML_KEY_OF = {f: k for k, f in YAML_KEYS.items()}
@@ -91,20 +92,26 @@ def load_model(arg: str, *, notes: list | None = None, **overrides) -> ModelSpec
     return build_spec(load_model_config(arg, notes=notes, **overrides))
 
 
-def config_from_dict(data: dict, *, source: str, version: int = 2) -> ModelConfig:
+def config_from_dict(data: dict, *, source: str, version: int = MODEL_FORMAT_VERSION) -> ModelConfig:
     """A ModelConfig from its to_dict() form (as stored in plan files and records); errors name
-    the field as `model.<field>`. Version 1 files hold only V1_FIELDS: the upgrade is that the
-    fields added in version 2 take their defaults (the family's structure, source "")."""
+    the field as `model.<field>`. A file of format `version` holds MODEL_FIELDS[version]: the
+    upgrade is that later fields take their defaults (version 1: the family's structure and
+    source ""; versions 1 and 2: implementation 'osdp')."""
     if not isinstance(data, dict):
         raise UserError("expected a mapping of model fields", source=source, field="model")
-    known = set(V1_FIELDS if version == 1 else ModelConfig.field_names())
+    known = set(MODEL_FIELDS[version])
     unknown = sorted(set(data) - known, key=str)
     if unknown:
         raise UserError(f"unknown key {unknown[0]!r}; expected some of {sorted(known)}",
                         source=source, field=f"model.{unknown[0]}")
     for name, value in data.items():
-        check_value(value, FIELD_TYPES[name][0], source=source, field=f"model.{name}",
-                    allow_empty=name == "source")
+        if name != "described":
+            check_value(value, FIELD_TYPES[name][0], source=source, field=f"model.{name}",
+                        allow_empty=name == "source")
+    if "described" in data:
+        from osdp_sim.model.described import described_from_dict
+        data = dict(data, described=described_from_dict(data["described"], source=source,
+                                                        field="model.described"))
     try:
         cfg = ModelConfig(**data)
     except TypeError as e:
@@ -143,6 +150,8 @@ def _config_from_yaml(path: Path) -> ModelConfig:
         raise UserError("is a folder, not a model YAML file", source=src)
     from osdp_sim.fileio import parse_yaml
     data = parse_yaml(read_text(path), src)        # alias expansion and nesting bounded
+    if isinstance(data, dict) and "described" in data:
+        return _described_from_yaml(data, path)
     if not isinstance(data, dict):
         raise UserError("expected a mapping with keys " + ", ".join(_REQUIRED), source=src)
     for key in data:
@@ -158,6 +167,27 @@ def _config_from_yaml(path: Path) -> ModelConfig:
     fields["source"] = f"yaml:{path}"
     fields.setdefault("tied_head", data["family"] != "llama")
     return ModelConfig(**fields)
+
+
+def described_config(d, *, source: str = "") -> ModelConfig:
+    """The ModelConfig carrying a DescribedModel: the shape fields are what the cost model reads
+    (hidden, seq_len, vocab_size = logits per token, n_layers); the rest keep their defaults."""
+    return ModelConfig(name=d.name, family=DESCRIBED, n_layers=d.n_blocks, hidden=d.hidden,
+                       n_heads=1, vocab_size=d.logits_per_token, seq_len=d.seq_len,
+                       tied_head=False, source=source, described=d)
+
+
+def _described_from_yaml(data: dict, path: Path) -> ModelConfig:
+    from osdp_sim.model.described import described_from_dict
+    src = str(path)
+    extra = [k for k in data if k != "described"]
+    if extra:
+        raise UserError("a described model file holds only the `described:` section",
+                        source=src, field=str(extra[0]))
+    section = data["described"]
+    if isinstance(section, dict) and "name" not in section:
+        section = dict(section, name=path.stem)
+    return described_config(described_from_dict(section, source=src), source=f"yaml:{path}")
 
 
 def validate_config(cfg: ModelConfig, *, source: str, key_of=None) -> None:
@@ -178,12 +208,18 @@ def validate_config(cfg: ModelConfig, *, source: str, key_of=None) -> None:
             top = {"n_layers": MAX_LAYERS, "n_experts": MAX_EXPERTS}.get(name, MAX_DIM)
             if not minimum <= v <= top:
                 fail(name, f"must be a whole number in {minimum}..{top}, got {v!r}")
+    if cfg.family == DESCRIBED or cfg.described is not None:
+        _validate_described(cfg, fail)
+        return
     if cfg.family not in FAMILIES:
-        fail("family", f"unknown family {cfg.family!r}; expected one of {', '.join(FAMILIES)}")
+        fail("family", f"unknown family {cfg.family!r}; expected one of "
+             f"{', '.join(FAMILIES + (DESCRIBED,))}")
     if cfg.mlp_kind not in MLP_KINDS:
         fail("mlp_kind", f"expected one of {', '.join(MLP_KINDS)}, got {cfg.mlp_kind!r}")
     if cfg.norm_kind not in NORM_KINDS:
         fail("norm_kind", f"expected one of {', '.join(NORM_KINDS)}, got {cfg.norm_kind!r}")
+    if cfg.implementation not in IMPLEMENTATIONS:
+        fail("implementation", f"expected one of {', '.join(IMPLEMENTATIONS)}, got {cfg.implementation!r}")
     if not cfg.head_size and cfg.hidden % cfg.n_heads:
         fail("n_heads", f"hidden {cfg.hidden} is not divisible by heads {cfg.n_heads}; "
              "give the head size explicitly if it differs")
@@ -197,3 +233,16 @@ def validate_config(cfg: ModelConfig, *, source: str, key_of=None) -> None:
         fail("top_k", f"must be in 1..{cfg.n_experts} (the experts), got {cfg.top_k}")
     if not cfg.n_experts and cfg.top_k:
         fail("top_k", "is for mixture-of-experts models; set the number of experts too")
+
+
+def _validate_described(cfg: ModelConfig, fail) -> None:
+    """A described model's shape fields must be the ones its measured groups imply."""
+    d = cfg.described
+    if d is None:
+        fail("described", "family described needs the measured groups (model.described)")
+    if cfg.family != DESCRIBED:
+        fail("family", f"a model with measured groups has family {DESCRIBED!r}, got {cfg.family!r}")
+    for name, want in (("n_layers", d.n_blocks), ("hidden", d.hidden), ("seq_len", d.seq_len),
+                       ("vocab_size", d.logits_per_token)):
+        if getattr(cfg, name) != want:
+            fail(name, f"is {getattr(cfg, name)} but the described groups say {want}")

@@ -3,7 +3,8 @@ that a plan decides on, with parameter counts, forward FLOPs and activation byte
 
 The activation counts follow what the runtime's torch modules (osdp_sim/runtime/modules.py) save
 for backward: dropout off, attention through scaled_dot_product_attention (no s^2 term), loss
-computed in fp32. docs/cost-model.md lists every term.
+computed in fp32; a config with implementation 'hf' (every config.json) adds what transformers
+5.x's modules keep beyond them (_hf_extra). docs/cost-model.md lists every term.
 """
 
 from dataclasses import dataclass
@@ -42,19 +43,34 @@ class LinearShape:
 
 @dataclass(frozen=True)
 class Activations:
-    """Tensors kept for backward, per token: elements stored in the activation dtype, plus bytes
+    """Tensors kept for backward: per token, elements stored in the activation dtype plus bytes
     whose dtype does not follow the precision policy (fp32 norm statistics, logsumexp, fp32 loss
-    inputs, int64 token ids)."""
+    inputs, int64 token ids); and per forward of one micro-batch, whatever its batch size, the
+    same two kinds (transformers' rotary cos/sin tables, seq x head_dim; position ids; the loss)."""
 
     elems_per_token: float = 0.0
     fixed_bytes_per_token: float = 0.0
+    elems_per_forward: float = 0.0
+    """Elements (activation dtype) kept once per micro-batch forward, not per token."""
+    fixed_bytes_per_forward: float = 0.0
+    """Bytes of a fixed dtype kept once per micro-batch forward, not per token."""
 
     def bytes_per_token(self, act_dtype_bytes: int) -> float:
+        """The per-token part only; bytes_for adds the per-forward part."""
         return self.elems_per_token * act_dtype_bytes + self.fixed_bytes_per_token
+
+    def bytes_per_forward(self, act_dtype_bytes: int) -> float:
+        return self.elems_per_forward * act_dtype_bytes + self.fixed_bytes_per_forward
+
+    def bytes_for(self, act_dtype_bytes: int, tokens: float) -> float:
+        """Bytes kept by one micro-batch forward of `tokens` tokens."""
+        return self.bytes_per_token(act_dtype_bytes) * tokens + self.bytes_per_forward(act_dtype_bytes)
 
     def __add__(self, other: "Activations") -> "Activations":
         return Activations(self.elems_per_token + other.elems_per_token,
-                           self.fixed_bytes_per_token + other.fixed_bytes_per_token)
+                           self.fixed_bytes_per_token + other.fixed_bytes_per_token,
+                           self.elems_per_forward + other.elems_per_forward,
+                           self.fixed_bytes_per_forward + other.fixed_bytes_per_forward)
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,12 @@ class OpGroup:
     other_params: int              # norms, embeddings, biases outside `linears`
     fwd_flops_per_token: float
     activations: Activations
+    largest_param: int = 0
+    """Elements of the largest parameter tensor when measured (described models); 0: derived
+    from the shapes (costmodel/lowering.py largest_tensor)."""
+    bwd_temp: Activations = Activations()
+    """Per token: what the group's backward holds beyond its saved tensors and the gradients
+    flowing in and out (described models measure it; the built-in families' is 0)."""
 
     @property
     def param_count(self) -> int:
@@ -253,8 +275,94 @@ def _mlp(cfg: ModelConfig) -> tuple[tuple[LinearShape, ...], Activations]:
     return (router,) + experts, Activations(elems, stats + 4.0 * e + 8.0 * k)
 
 
+# What transformers 5.x's modules keep beyond the above (implementation 'hf'), measured per group
+# by tests/test_hf_measure.py (saved-tensor hooks, sdpa attention, grouped_mm experts) and listed
+# with their sources in docs/cost-model.md, "transformers' own modules".
+
+def _hf_norm(cfg: ModelConfig) -> Activations:
+    """One RMSNorm beyond the description's input, output and fp32 1/rms."""
+    h = cfg.hidden
+    if cfg.norm_kind != "rmsnorm":
+        return Activations()            # nn.LayerNorm keeps what the description says
+    if cfg.mlp_kind == "geglu":
+        # GemmaRMSNorm (Gemma is the supported GeGLU architecture): x.float() (4h, in place of
+        # the input), the fp32 normalised tensor (4h) and, once per forward, fp32 1 + weight.
+        return Activations(-h, 8.0 * h, 0.0, 4.0 * h)
+    # LlamaRMSNorm (Qwen2, Phi3, Mixtral alike): x.float() (4h) and the normalised tensor cast
+    # back (h elements), in place of the input (h elements).
+    return Activations(0.0, 4.0 * h)
+
+
+def _hf_extra(cfg: ModelConfig) -> dict[str, Activations]:
+    """Per group kind (and 'rotary', block 0's attention alone), what transformers keeps beyond
+    the 'osdp' description."""
+    h, s = cfg.hidden, cfg.seq_len
+    norm = _hf_norm(cfg)
+    out = {"embed": Activations(), "attn": norm, "mlp": norm, "head": norm, "rotary": Activations()}
+    if cfg.family == "llama":
+        # The rotary cos/sin, (1, seq, head_dim) each in the activation dtype, computed once per
+        # forward and kept by block 0's q/k products (the later blocks share them).
+        out["rotary"] = Activations(elems_per_forward=2.0 * s * cfg.head_dim)
+    else:
+        out["embed"] = Activations(fixed_bytes_per_forward=8.0 * s)   # int64 position ids (1, seq)
+    if cfg.family == "gpt2":
+        # GPT2Attention hands SDPA contiguous copies of q and v (k stays a view of c_attn's
+        # output); gelu_new (NewGELUActivation, tanh formula in plain ops) keeps three more
+        # ffn-wide tensors than one GELU.
+        out["attn"] += Activations(float(cfg.q_dim + cfg.kv_dim))
+        out["mlp"] += Activations(3.0 * cfg.ffn)
+    if cfg.moe:
+        e, k = cfg.n_experts, cfg.top_k
+        # MixtralTopKRouter / transformers.integrations.moe: per pair the routing weight in fp32
+        # (4, in place of one activation element), the sort permutation, its // top_k and the
+        # inverse permutation (int64); per token the top-k weights and their sum before the
+        # renormalising division (fp32); per forward grouped_mm's int32 expert offsets.
+        out["mlp"] += Activations(-1.0 * k, 28.0 * k + 4.0 + 4.0 * k, 0.0, 4.0 * e)
+    if cfg.family == "bert":
+        # BertForMaskedLM's loss runs on the logits in the activation dtype (no fp32 upcast):
+        # log-softmax in V elements, not 4V bytes; its scalar loss likewise.
+        out["head"] += Activations(float(cfg.vocab_size), -4.0 * cfg.vocab_size, 1.0)
+    else:
+        out["head"] += Activations(fixed_bytes_per_forward=4.0)   # the fp32 scalar loss
+    return out
+
+
+def _described_group(name: str, kind: str, plan_key: str, g) -> OpGroup:
+    return OpGroup(name, kind, plan_key, g.linears, g.other_params, g.flops_per_token,
+                   g.activations, g.largest_param, g.bwd_temp)
+
+
+def _described_spec(cfg: ModelConfig) -> ModelSpec:
+    """The measured groups as they are (model/described.py); blocks beyond the described ones
+    repeat the last (the planner's n+1 extrapolation)."""
+    d = cfg.described
+    if cfg.seq_len != d.seq_len:
+        # per-token numbers hold at the measured length only (attention grows with it)
+        from osdp_sim.errors import UserError
+        raise UserError(f"the described model {cfg.name!r} was measured at seq_len {d.seq_len}; "
+                        f"describe it again at {cfg.seq_len}", source=cfg.source or None,
+                        field="seq_len")
+    embed = _described_group("embed", "embed", "root", d.embed)
+    # the batch the caller holds through the step: live from the first forward step on
+    embed = OpGroup(embed.name, embed.kind, embed.plan_key, embed.linears, embed.other_params,
+                    embed.fwd_flops_per_token, embed.activations + Activations(
+                        d.input_elems_per_token, d.input_fixed_bytes_per_token),
+                    embed.largest_param, embed.bwd_temp)
+    units = [Unit("embed", "embed", -1, (embed,), Activations())]
+    for i, b in enumerate(d.block_list(cfg.n_layers)):
+        groups = tuple(_described_group(f"block{i}.{k}", k, f"block{i}.{k}", getattr(b, k))
+                       for k in ("attn", "mlp"))
+        units.append(Unit(f"block{i}", "block", i, groups,
+                          Activations(b.checkpoint_elems_per_token, b.checkpoint_fixed_bytes_per_token)))
+    units.append(Unit("head", "head", -1, (_described_group("head", "head", "root", d.head),),
+                      Activations()))
+    return ModelSpec(cfg, tuple(units))
+
+
 def build_spec(cfg: ModelConfig) -> ModelSpec:
     """Units in forward order: embed, block0..block{L-1}, head."""
+    if cfg.described is not None:
+        return _described_spec(cfg)
     h = cfg.hidden
     norm = _norm_params(cfg)
     stats = _norm_fixed_bytes(cfg)
@@ -269,18 +377,26 @@ def build_spec(cfg: ModelConfig) -> ModelSpec:
     if cfg.family == "bert":
         embed_params += cfg.type_vocab_size * h + norm
         embed_act = Activations(float(h), 8.0 + stats)   # LN input and its statistics
+    hf = _hf_extra(cfg) if cfg.implementation == "hf" else None
+    if hf:
+        embed_act += hf["embed"]
     units.append(Unit("embed", "embed", -1, (
         OpGroup("embed", "embed", "root", (), embed_params, 0.0, embed_act),), Activations()))
 
     attn_lin, attn_act = _attention(cfg)
     mlp_lin, mlp_act = _mlp(cfg)
+    if hf:
+        attn_act, mlp_act = attn_act + hf["attn"], mlp_act + hf["mlp"]
     attn_flops = _linear_flops(attn_lin) + _attention_flops_per_token(cfg)
     mlp_flops = _linear_flops(mlp_lin)
     for i in range(cfg.n_layers):
-        attn = OpGroup(f"block{i}.attn", "attn", f"block{i}.attn", attn_lin, norm, attn_flops, attn_act)
+        act = attn_act + hf["rotary"] if hf and i == 0 else attn_act
+        attn = OpGroup(f"block{i}.attn", "attn", f"block{i}.attn", attn_lin, norm, attn_flops, act)
         mlp = OpGroup(f"block{i}.mlp", "mlp", f"block{i}.mlp", mlp_lin, norm, mlp_flops, mlp_act)
-        # A checkpointed block keeps only its input (torch.utils.checkpoint, non-reentrant).
-        units.append(Unit(f"block{i}", "block", i, (attn, mlp), Activations(float(h), 0.0)))
+        # A checkpointed block keeps only its input (torch.utils.checkpoint, non-reentrant); in
+        # transformers also the rotary tables, an input of every block, until block 0's backward.
+        ckpt = Activations(float(h), 0.0) + (hf["rotary"] if hf and i == 0 else Activations())
+        units.append(Unit(f"block{i}", "block", i, (attn, mlp), ckpt))
 
     # Head: final norm + LM head (tied: no weight of its own), loss on fp32 log-probabilities.
     # The loss keeps the fp32 log_softmax output and the int64 targets; the logits themselves are
@@ -301,6 +417,8 @@ def build_spec(cfg: ModelConfig) -> ModelSpec:
         head_other = norm
         head_act = Activations(2.0 * h, stats + loss_bytes)  # norm in (last block out), head in
         head_flops = 2.0 * h * cfg.vocab_size
+    if hf:
+        head_act += hf["head"]
     units.append(Unit("head", "head", -1, (
         OpGroup("head", "head", "root", head_lin, head_other, head_flops, head_act),), Activations()))
     return ModelSpec(cfg, tuple(units))

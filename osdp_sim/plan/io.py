@@ -5,16 +5,19 @@ import os
 
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import read_json, write_text_atomic
+from osdp_sim.model.config import MODEL_FIELDS, MODEL_FORMAT_VERSION
 from osdp_sim.model.load import config_from_dict
 from osdp_sim.model.spec import build_spec
 from osdp_sim.plan.plan import OPTIMIZERS, PRECISIONS, SPLITS, STRATEGIES, GroupChoice, Plan
 
 FORMAT = "osdp-sim/plan"
-VERSION = 2
 # Version 2 (model stage, issue 13): the embedded model gained head_size, biases, mlp_kind,
-# norm_kind, fused projections, sliding_window, n_experts, top_k and source. Version 1 files
-# are read with those at their defaults (model.load.config_from_dict).
-READS = (1, 2)
+# norm_kind, fused projections, sliding_window, n_experts, top_k and source. Version 3: the
+# model's implementation ('osdp' or 'hf'), and a described model's measured groups under
+# model.described (model/described.py). What each version's model holds is listed once, in
+# model.config.MODEL_FIELDS; older files are read with the later fields at their defaults.
+VERSION = MODEL_FORMAT_VERSION
+READS = tuple(sorted(MODEL_FIELDS))
 # Counts (devices, micro-batch, accumulation steps) above a 32-bit integer are a slip, not a plan.
 MAX_COUNT = 2**31 - 1
 

@@ -78,7 +78,7 @@ def group_forward_s(g: OpGroup, hw: HardwareProfile, dtype: str, tokens: np.ndar
     core = tokens * (g.fwd_flops_per_token - linear_flops)
     core_s = np.where(core > 0, 2 * _gemm_s(hw, core / 2, dtype), 0.0)
     slices = sum(k * _gemm_s(hw, 2.0 * tokens * l.weight_params / k, dtype) for l in g.linears)
-    return core_s + _elementwise_s(hw, g.activations.bytes_per_token(cb) * tokens) + slices
+    return core_s + _elementwise_s(hw, g.activations.bytes_for(cb, tokens)) + slices
 
 
 def root_forward_s(g: OpGroup, hw: HardwareProfile, dtype: str, tokens: np.ndarray) -> np.ndarray:
@@ -88,7 +88,7 @@ def root_forward_s(g: OpGroup, hw: HardwareProfile, dtype: str, tokens: np.ndarr
         gemms = _gemm_s(hw, tokens * g.fwd_flops_per_token, dtype)
     else:
         gemms = sum((_gemm_s(hw, 2.0 * tokens * l.weight_params, dtype) for l in g.linears), np.zeros(len(tokens)))
-    return gemms + _elementwise_s(hw, g.activations.bytes_per_token(cb) * tokens)
+    return gemms + _elementwise_s(hw, g.activations.bytes_for(cb, tokens))
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,8 @@ def micro_batch_bounds(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace,
         return shapes[key]
 
     root = sum((root_forward_s(g, hw, dtype, tokens) for g in spec.groups if g.plan_key == "root"), np.zeros(len(mbs)))
+    # Per sample: the per-forward bytes (Activations.bytes_per_forward, transformers' rotary tables
+    # and position ids) are left out, which only loosens the bound.
     root_act = sum(g.activations.bytes_per_token(cb) for g in spec.groups if g.plan_key == "root") * spec.seq_len
     block_fwd = [sum(fwd(g) for g in u.groups) for u in spec.blocks]
     compute = (1.0 + ratio) * (root + sum(block_fwd, np.zeros(len(mbs))))

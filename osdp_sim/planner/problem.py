@@ -131,7 +131,7 @@ def build_problem(spec: ModelSpec, hw: HardwareProfile, cfg: Config, choices: li
             raise ValueError(f"{unit.name}: the search expects an attention then an MLP group per block")
         attn, mlp = unit.groups
         a, m = shape_of(attn), shape_of(mlp)
-        ck = unit.ckpt_activations.bytes_per_token(cb) * tokens
+        ck = unit.ckpt_activations.bytes_for(cb, tokens)
         sig = sig_ids.setdefault((a, m, ck), len(sig_ids))
         blocks.append(Block(unit.index, a, m, ck, sig))
         keys.append((attn.plan_key, mlp.plan_key))

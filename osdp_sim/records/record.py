@@ -16,15 +16,18 @@ from pathlib import Path
 
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import read_json
-from osdp_sim.model.config import V1_FIELDS, ModelConfig
+from osdp_sim.model.config import MODEL_FIELDS, MODEL_FORMAT_VERSION, ModelConfig
 from osdp_sim.model.load import config_from_dict
 from osdp_sim.plan import Plan, plan_from_dict, plan_to_dict, write_json_atomic
 
 FORMAT = "osdp-sim/record"
-VERSION = 2
-# Version 2: the model (and the plan, plan format 2) gained the model stage's new fields; a
-# version 1 record's model is compared with its plan after the same upgrade (defaults).
-READS = (1, 2)
+# Version 2: the model (and the plan, plan format 2) gained the model stage's new fields;
+# version 3 the model's implementation (model.config.MODEL_FIELDS lists each version's fields)
+# and the optional env.fake_world (validate --fake-world); a described model's measured groups
+# (model.described).
+# An older record's model is compared with its plan after the same upgrade (defaults).
+VERSION = MODEL_FORMAT_VERSION
+READS = tuple(sorted(MODEL_FIELDS))
 STATUSES = ("ok", "oom", "failed", "timeout")
 TRACKER_CATEGORIES = ("Parameter", "Buffer", "Gradient", "Optstate", "Activation", "Temp", "Other",
                       "Total")
@@ -180,19 +183,25 @@ def predicted_from_estimate(est) -> dict:
 # ---------------------------------------------------------------- naming and writing
 
 def plan_identity(plan: dict) -> dict:
-    """What names a run: the plan dict without its notes, written as format 1 when its model
-    holds nothing format 1 could not say (its `source` aside), so that a run keeps its record
-    name across the format 2 bump and a campaign still finds the records it made before."""
+    """What names a run: the plan dict without its notes, written in the oldest format whose
+    model fields say everything its model holds (its `source` aside, which format 1 lacks), so
+    that a run keeps its record name across format bumps and a campaign still finds the records
+    it made before."""
     d = {k: v for k, v in plan.items() if k != "notes"}
     model = d.get("model")
-    if d.get("version") != 1 and isinstance(model, dict):
-        v1 = {k: model[k] for k in V1_FIELDS if k in model}
+    if not isinstance(model, dict) or not isinstance(d.get("version"), int):
+        return d
+    for version in sorted(MODEL_FIELDS):
+        if version >= d["version"]:
+            break
+        older = {k: model[k] for k in MODEL_FIELDS[version] if k in model}
         try:
-            upgraded = ModelConfig(**v1).to_dict()
-        except TypeError:
+            upgraded = ModelConfig(**older).to_dict()
+        except (TypeError, UserError):      # e.g. a described model: no older format holds it
             return d
         if all(model.get(k) == v for k, v in upgraded.items() if k != "source"):
-            d.update(version=1, model=v1)
+            d.update(version=version, model=older)
+            break
     return d
 
 
