@@ -138,10 +138,13 @@ def per_model(rows: list[dict]) -> list[dict]:
 def builtin_comparison(hf_rows: list[dict], osdp_rows: list[dict]) -> list[str]:
     """The same plan run on the built-in modules (impl osdp records in the folder), beside the hf
     run: how far apart the two implementations' step times and peaks are."""
-    by_plan: dict[str, list[dict]] = {}
+    def same_plan(r):       # the plan file differs in the model's implementation (and format)
+        return r["model"], plan_label(r["record"].plan), r["seed"]
+
+    by_plan: dict[tuple, list[dict]] = {}
     for r in osdp_rows:
-        by_plan.setdefault(r["plan_key"], []).append(r)
-    pairs = [(h, by_plan[h["plan_key"]]) for h in hf_rows if h["plan_key"] in by_plan and h["seed"] == 0]
+        by_plan.setdefault(same_plan(r), []).append(r)
+    pairs = [(h, by_plan[same_plan(h)]) for h in hf_rows if same_plan(h) in by_plan]
     if not pairs:
         return []
     lines = ["", "## The same plans on the built-in modules", "",

@@ -1,21 +1,39 @@
-"""Bytes transformers saves for backward vs the description, per group, on the cpu-hf tiny configs
-(bf16, micro-batch 2): the listing docs/accuracy-hf.md quotes. python validate/hf_saved_bytes.py"""
+"""Bytes transformers saves for backward against the description, per run of the cpu-hf tiny
+configs (bf16, micro-batch 2, saved-tensor hooks: runtime/hf_measure.py), with the description of
+transformers' implementation (implementation hf) and of the built-in modules (osdp): the listing
+docs/accuracy-hf.md quotes.
 
-import torch, transformers
-from osdp_sim.model import load_model
+    python validate/hf_saved_bytes.py
+"""
+
+import torch
+import transformers
+
+from osdp_sim.model.config import for_implementation
+from osdp_sim.model.load import load_model_config
+from osdp_sim.model.spec import build_spec
 from osdp_sim.runtime.hf_measure import measure_hf
+
 B = 2
-for m in ("llama", "qwen2", "gemma", "mixtral"):
-    path = f"validate/models/{m}-tiny-hf"
-    cfg = transformers.AutoConfig.from_pretrained(path)
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").to(torch.bfloat16).train()
-    spec = load_model(path, notes=[])
-    S = spec.config.seq_len
-    idx = torch.randint(0, cfg.vocab_size, (B, S))
-    hf = measure_hf(model, idx)["saved_bytes"]
-    ours = {g.name: g.activations.bytes_per_token(2) * B * S for g in spec.groups}
-    th, to = sum(hf.values()), sum(ours.values())
-    blk = [g for g in ours if g.startswith("block0.")]
-    print(f"{m}: saved for backward, bf16, mb{B} x {S}: transformers {th/2**20:.2f} MiB, description {to/2**20:.2f} MiB ({th/to-1:+.1%}); "
-          + ", ".join(f"{g} {hf.get(g,0)/2**20:.3f} vs {ours[g]/2**20:.3f}" for g in blk + ["head"] if g in ours))
+MiB = 2**20
+
+
+def main() -> None:
+    for m in ("llama", "qwen2", "gemma", "mixtral"):
+        path = f"validate/models/{m}-tiny-hf"
+        cfg = load_model_config(path, notes=[])
+        hf_cfg = transformers.AutoConfig.from_pretrained(path)
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(
+            hf_cfg, attn_implementation="sdpa").to(torch.bfloat16).train()
+        idx = torch.randint(0, hf_cfg.vocab_size, (B, cfg.seq_len))
+        saved = sum(measure_hf(model, idx)["saved_bytes"].values())
+        desc = {impl: sum(g.activations.bytes_per_token(2) for g in build_spec(for_implementation(cfg, impl)).groups)
+                * B * cfg.seq_len for impl in ("hf", "osdp")}
+        print(f"{m}: saved for backward, bf16, mb{B} x {cfg.seq_len}: transformers {saved / MiB:.2f} MiB; "
+              f"description hf {desc['hf'] / MiB:.2f} MiB ({saved / desc['hf'] - 1:+.1%}), "
+              f"osdp {desc['osdp'] / MiB:.2f} MiB ({saved / desc['osdp'] - 1:+.1%})")
+
+
+if __name__ == "__main__":
+    main()
