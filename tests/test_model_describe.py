@@ -126,6 +126,8 @@ def test_transformers_llama_matches_config_json_and_hf_measure(tmp_path):
         assert g.param_count == r.param_count, g.name
         assert g.fwd_flops_per_token == r.fwd_flops_per_token, g.name
         assert _close(s.activations.bytes_per_token(4) * tokens, measured["saved_bytes"][g.name], 0.01), g.name
+        # and the config.json description (implementation 'hf') predicts the same bytes
+        assert _close(s.activations.bytes_per_token(4) * tokens, r.activations.bytes_for(4, tokens), 0.01), g.name
     # transformers saves a shifted copy of the labels: the caller's labels are held beside it
     assert d.input_fixed_bytes_per_token == 8.0 and d.input_elems_per_token == 0.0
 
