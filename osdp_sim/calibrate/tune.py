@@ -225,9 +225,14 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
 
 # ---------------------------------------------------------------- the whole loop
 
+DRIFT = 0.15
+"""A refit whose predictions of the tune's own runs are off by more than this (mean absolute
+relative error) says so: the earlier records then describe another state of the machine."""
+
+
 def tune(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, settings: RunSettings, *,
          k: int = 3, baselines: int = 2, refit: bool = True, refit_starts: int = 2,
-         time_limit_s: float | None = 1800.0, log=sys.stderr) -> TuneResult:
+         refit_on: str = "all", time_limit_s: float | None = 1800.0, log=sys.stderr) -> TuneResult:
     """choose_candidates, run each `settings.repeats` times, rank by measurement, refit.
 
     The candidates are written to out_dir/candidates.json first; a second call with the same
@@ -274,15 +279,25 @@ def tune(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, se
     best = ranking[0].candidate.plan if ok else None
     result = TuneResult(status, best, ranking, rho, None, notes=notes)
     if refit and ok:
-        result.profile, result.refit_runs = _refit(hw, [str(camp.records_dir)], refit_starts, left(), log, notes)
+        result.profile, result.refit_runs = _refit(hw, [str(camp.records_dir)], refit_starts, left(), log,
+                                                   notes, with_earlier=refit_on == "all")
+        err = statistics.fmean(abs(estimate(spec, result.profile, m.candidate.plan).samples_per_s / m.samples_per_s - 1)
+                               for m in ok)
+        if err > DRIFT:
+            notes.append(f"the refitted profile predicts the tune's own runs {err:.0%} off on average: the "
+                         "earlier records describe another state of this machine (load, clocks, cores); "
+                         "refit on the tune's runs alone (--refit-on tune) or re-run the profile's campaign")
     result.seconds = time.monotonic() - t0
     return result
 
 
-def _refit(hw: HardwareProfile, tune_dirs: list[str], starts: int, seconds_left, log, notes):
+def _refit(hw: HardwareProfile, tune_dirs: list[str], starts: int, seconds_left, log, notes, *,
+           with_earlier: bool = True):
     from osdp_sim.calibrate.calibration import calibrate
     from osdp_sim.calibrate.runs import load_runs
     earlier = (((hw.provenance or {}).get("calibration") or {}).get("records") or {}).get("dirs") or []
+    if not with_earlier:
+        earlier = []
     found, missing = [], []
     for d in earlier:
         where = _find_dir(d, hw.source)

@@ -49,6 +49,9 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--profile-out", metavar="PROFILE.yaml",
                    help="write the refitted profile here (default: DIR/profile.yaml)")
     p.add_argument("--no-refit", action="store_true", help="do not refit the profile")
+    p.add_argument("--refit-on", choices=("all", "tune"), default="all",
+                   help="refit on the tune's runs and the records the profile was calibrated on (all, the "
+                        "default) or on the tune's runs alone (tune: when the machine has changed since)")
     p.add_argument("--refit-starts", type=positive_int, default=2,
                    help="starting points of the refit (calibrate --starts; default 2)")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, metavar="S",
@@ -75,7 +78,7 @@ def run(args) -> int:
                            warmup=args.warmup, iters=args.iters, repeats=args.repeats,
                            threads=args.threads, timeout_s=args.run_timeout)
     res = tune(spec, hw, limit, space, settings, k=args.candidates, baselines=args.baselines,
-               refit=not args.no_refit, refit_starts=args.refit_starts,
+               refit=not args.no_refit, refit_starts=args.refit_starts, refit_on=args.refit_on,
                time_limit_s=args.time_limit)
     written = write_outputs(res, out_dir, None if args.no_refit else profile_out)
     print(format_tune(res, spec, hw, limit))
