@@ -19,6 +19,16 @@ def positive_int(text: str) -> int:
     return v
 
 
+def nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return v
+
+
 def byte_size(text: str) -> int:
     try:
         return parse_bytes(text)

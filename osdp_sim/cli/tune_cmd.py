@@ -5,7 +5,7 @@ import math
 import sys
 from pathlib import Path
 
-from osdp_sim.cli.common import check_seconds, positive_int, warn_if_documented
+from osdp_sim.cli.common import check_seconds, nonneg_int, positive_int, warn_if_documented
 from osdp_sim.cli.search_cmd import add_space_arguments, build_space, cap_to_device
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import check_writable
@@ -16,16 +16,6 @@ HELP = ("run the search's pick, the best plans at other micro-batches and the st
 DEFAULT_TIME_LIMIT_S = 1800.0
 
 
-def _nonneg_int(text: str) -> int:
-    import argparse
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return v
-
 
 def add_arguments(p) -> None:
     add_space_arguments(p)
@@ -33,13 +23,13 @@ def add_arguments(p) -> None:
     p.add_argument("--candidates", type=positive_int, default=3, metavar="K",
                    help="the search's pick and the best plans at the K-1 other micro-batches predicted "
                         "fastest (default 3)")
-    p.add_argument("--baselines", type=_nonneg_int, default=2, metavar="B",
+    p.add_argument("--baselines", type=nonneg_int, default=2, metavar="B",
                    help="also run the B fastest distinct uniform baselines, per-block checkpointing "
                         "included (default 2)")
     p.add_argument("--repeats", type=positive_int, default=1, help="runs per candidate, interleaved (default 1)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--backend", choices=("fsdp2", "fairscale"), default="fsdp2")
-    p.add_argument("--warmup", type=_nonneg_int, default=2, help="untimed steps per run (default 2)")
+    p.add_argument("--warmup", type=nonneg_int, default=2, help="untimed steps per run (default 2)")
     p.add_argument("--iters", type=positive_int, default=6, help="timed steps per run (default 6)")
     p.add_argument("--threads", type=positive_int, help="CPU threads per rank (default: cores / ranks)")
     p.add_argument("--run-timeout", type=float, default=600.0, metavar="S", help="limit per run (default 600 s)")

@@ -4,7 +4,7 @@ import os
 import shutil
 import sys
 
-from osdp_sim.cli.common import add_model_args, byte_size, check_seconds, positive_int
+from osdp_sim.cli.common import add_model_args, byte_size, check_seconds, nonneg_int, positive_int
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import check_writable
 from osdp_sim.units import format_bytes, format_seconds
@@ -41,9 +41,9 @@ def add_arguments(p) -> None:
                    help="run one process as rank 0 of an N-device plan on torch's fake process group: "
                         "real shard sizes (peak memory of the N-device job) and real compute, collectives "
                         "move nothing (communication not measured; the record says so)")
-    p.add_argument("--warmup", type=_nonneg_int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--warmup", type=nonneg_int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--iters", type=positive_int, default=10, help="timed steps (default 10)")
-    p.add_argument("--seed", type=_nonneg_int, default=0,
+    p.add_argument("--seed", type=nonneg_int, default=0,
                    help=f"model init and token seed, 0 to {MAX_SEED} (default 0)")
     p.add_argument("--threads", type=positive_int,
                    help="torch threads per rank (default: cores // ranks, at least 1)")
@@ -61,16 +61,6 @@ def add_arguments(p) -> None:
     p.add_argument("--run-dir", help="keep the per-rank logs and results here (default: a temporary "
                                      "folder, removed after a successful run)")
 
-
-def _nonneg_int(text: str) -> int:
-    import argparse
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return v
 
 
 def _plan(args, hw, nproc_default: int):
