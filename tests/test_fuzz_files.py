@@ -193,6 +193,9 @@ def _finite_numbers(node, where="") -> None:
             _finite_numbers(v, f"{where}[{i}]")
 
 
+_SEQ_NOTE = re.compile(r"^\S+config\.json: \w+, sequence length \d+ \(.*\); --seq-len overrides$")
+
+
 def _check_cli(argv, path: Path, json_out: bool) -> None:
     rc, out, err = _cli(argv)
     assert rc in (0, 2), (rc, err)
@@ -203,8 +206,10 @@ def _check_cli(argv, path: Path, json_out: bool) -> None:
         assert len(line) < 2000, line[:200]
         assert out == "" or not json_out, out[:200]
         return
-    # exit 0: nothing on stderr but the documented-profile warning (hardware/trust.py)
-    assert all(line.startswith("osdp-sim: warning: ") for line in err.splitlines()), err[:500]
+    # exit 0: nothing on stderr but the documented-profile warning (hardware/trust.py) and the
+    # note a config.json model gives (model/hf.py: which sequence length is used)
+    assert all(line.startswith("osdp-sim: warning: ") or _SEQ_NOTE.match(line)
+               for line in err.splitlines()), err[:500]
     assert len(out) < 200_000
     if json_out:
         result = json.loads(out)
