@@ -361,7 +361,3 @@ def write_outputs(result: TuneResult, out_dir: Path, profile_path: Path | None) 
         written.append(profile_path)
     return written
 
-
-def check_prediction(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> float:
-    """samples/s the profile predicts for a plan (the refitted profile's, in the report)."""
-    return estimate(spec, hw, plan).samples_per_s
