@@ -160,6 +160,34 @@ def _start_sibling(mb: int, model: str):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def _measure_whole(torch, cfg, plans, repeats: int, dtype, sibling: bool) -> dict:
+    """Forward + backward (+ recompute) of the whole model, one process, with each plan's
+    checkpointed blocks: the compute alone, without FSDP, communication or the optimizer."""
+    from osdp_sim.runtime.modules import build_model
+    model = build_model(cfg).to(dtype)
+    out = {}
+    for label, plan in plans:
+        mb = plan.micro_batch
+        sib = _start_sibling(mb, cfg.name) if sibling else None
+        if sib is not None:
+            time.sleep(1.5)
+        for blk, on in zip(model.blocks, plan.checkpoint):
+            blk.checkpointed = on
+        idx = torch.randint(cfg.vocab_size, (mb, cfg.seq_len))
+        ts = []
+        for i in range(repeats + 1):
+            t0 = time.perf_counter()
+            model(idx, idx).backward()
+            ts.append(time.perf_counter() - t0)
+            model.zero_grad(set_to_none=True)
+        if sib is not None:
+            sib.kill()
+            sib.wait()
+        out[label] = statistics.median(ts[1:])
+        print(f"  measured whole model, {label}: fwd+bwd {out[label] * 1e3:.0f} ms", flush=True)
+    return out
+
+
 def _fit_line(xs, ys) -> tuple[float, float]:
     """Least-squares y = a + b x."""
     n = len(xs)
@@ -322,7 +350,11 @@ def main() -> int:
         print("| candidate | mb | ckpt blocks | measured step s | model step s | model, measured block compute s |"
               " model, measured-terms profile s | measured samples/s | model samples/s | rescored samples/s |"
               " measured-terms samples/s |")
-        rows = []
+        rows, whole_rows = [], []
+        todo = [(c["label"], plan_from_dict(c["plan"])) for c in cands
+                if ranking.get(c["label"], {}).get("measured_samples_per_s") is not None
+                and plan_from_dict(c["plan"]).micro_batch in meas]
+        whole = _measure_whole(torch, cfg, todo, max(2, args.repeats // 2), dtype, not args.alone)
         for c in cands:
             plan = plan_from_dict(c["plan"])
             r = ranking.get(c["label"])
@@ -333,12 +365,21 @@ def main() -> int:
             samples = plan.micro_batch * plan.devices * plan.grad_accum
             t_meas = samples / r["measured_samples_per_s"]
             est_m = estimate(spec, hw_m, plan)
+            b = est.time_breakdown
+            whole_rows.append((c["label"], t_meas, whole[c["label"]],
+                               b["forward_s"] + b["backward_s"] + b["recompute_s"], b["optimizer_s"],
+                               b["exposed_communication_s"]))
             rows.append((c["label"], r["measured_samples_per_s"], samples / t_fix, est.samples_per_s,
                          est_m.samples_per_s))
             print(f"| {c['label']} | {plan.micro_batch} | {sum(plan.checkpoint)} | {t_meas:.3f} | "
                   f"{est.iteration_time_s:.3f} | {t_fix:.3f} | {est_m.iteration_time_s:.3f} | "
                   f"{r['measured_samples_per_s']:.3f} | {est.samples_per_s:.3f} | {samples / t_fix:.3f} | "
                   f"{est_m.samples_per_s:.3f} |")
+        print("\n## Whole model: measured step (2 ranks) vs its compute alone (1 process, fwd+bwd+recompute)")
+        print("| candidate | measured step s | measured compute alone s | rest (FSDP, comm, optimizer) s |"
+              " model fwd+bwd+recompute s | model optimizer s | model exposed comm s |")
+        for lab, tm, tw, mc, mo, me in whole_rows:
+            print(f"| {lab} | {tm:.3f} | {tw:.3f} | {tm - tw:.3f} | {mc:.3f} | {mo:.3f} | {me:.3f} |")
         order = lambda k: [row[0] for row in sorted(rows, key=lambda row: -row[k])]
         print(f"\n  measured order:        {order(1)}\n  model order:           {order(3)}"
               f"\n  rescored order:        {order(2)}\n  measured-terms order:  {order(4)}")
