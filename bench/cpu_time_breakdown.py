@@ -86,6 +86,16 @@ def _gemm_mnk(name: str, shapes) -> tuple[int, int, int] | None:
 
 
 def _measure(torch, cfg, mbs, repeats: int, deadline: float, dtype, sibling: bool) -> dict:
+    sib = []
+    try:
+        return _measure_all(torch, cfg, mbs, repeats, deadline, dtype, sibling, sib)
+    finally:
+        for p in sib:
+            p.kill()
+            p.wait()
+
+
+def _measure_all(torch, cfg, mbs, repeats, deadline, dtype, sibling, sibs) -> dict:
     from osdp_sim.runtime.modules import build_model
     torch.set_num_threads(1)
     block = build_model(cfg).blocks[0].to(dtype)
@@ -97,6 +107,7 @@ def _measure(torch, cfg, mbs, repeats: int, deadline: float, dtype, sibling: boo
             break
         sib = _start_sibling(mb, cfg.name) if sibling else None
         if sib is not None:
+            sibs.append(sib)
             time.sleep(1.5)          # its import and first steps
         x = torch.randn(mb, seq, hidden, dtype=dtype, requires_grad=True)
         g = torch.randn(mb, seq, hidden, dtype=dtype)
@@ -160,16 +171,30 @@ def _start_sibling(mb: int, model: str):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _measure_whole(torch, cfg, plans, repeats: int, dtype, sibling: bool) -> dict:
+def _measure_whole(torch, cfg, plans, repeats: int, dtype, sibling: bool, deadline: float) -> dict:
+    sib = []
+    try:
+        return _measure_whole_all(torch, cfg, plans, repeats, dtype, sibling, deadline, sib)
+    finally:
+        for p in sib:
+            p.kill()
+            p.wait()
+
+
+def _measure_whole_all(torch, cfg, plans, repeats, dtype, sibling, deadline, sibs) -> dict:
     """Forward + backward (+ recompute) of the whole model, one process, with each plan's
     checkpointed blocks: the compute alone, without FSDP, communication or the optimizer."""
     from osdp_sim.runtime.modules import build_model
     model = build_model(cfg).to(dtype)
     out = {}
     for label, plan in plans:
+        if time.monotonic() > deadline:
+            print(f"time limit reached before the whole model of {label!r}; stopping", flush=True)
+            break
         mb = plan.micro_batch
         sib = _start_sibling(mb, cfg.name) if sibling else None
         if sib is not None:
+            sibs.append(sib)
             time.sleep(1.5)
         for blk, on in zip(model.blocks, plan.checkpoint):
             blk.checkpointed = on
@@ -264,6 +289,12 @@ def main() -> int:
     spec = load_model(args.model)
     cfg = spec.config
     precision = uniform_plan(cfg, "zero3", devices=2, micro_batch=1).precision
+    if args.tune:        # the dtype the tune's plans ran in
+        try:
+            first = json.loads((Path(args.tune) / "candidates.json").read_text())["candidates"][0]
+            precision = plan_from_dict(first["plan"]).precision
+        except (OSError, KeyError, IndexError, ValueError) as e:
+            raise UserError(f"cannot read {Path(args.tune) / 'candidates.json'}: {e}", field="--tune") from None
     import torch
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[precision]
     print(f"{args.model}, one block, {precision}, 1 thread, profile {hw.name}: "
@@ -354,11 +385,12 @@ def main() -> int:
         todo = [(c["label"], plan_from_dict(c["plan"])) for c in cands
                 if ranking.get(c["label"], {}).get("measured_samples_per_s") is not None
                 and plan_from_dict(c["plan"]).micro_batch in meas]
-        whole = _measure_whole(torch, cfg, todo, max(2, args.repeats // 2), dtype, not args.alone)
+        whole = _measure_whole(torch, cfg, todo, max(2, args.repeats // 2), dtype, not args.alone, deadline)
+        todo = [(lab, p) for lab, p in todo if lab in whole]
         for c in cands:
             plan = plan_from_dict(c["plan"])
             r = ranking.get(c["label"])
-            if r is None or r.get("measured_samples_per_s") is None or plan.micro_batch not in meas:
+            if c["label"] not in whole:
                 continue
             est = estimate(spec, hw, plan)
             t_fix = _rescored(spec, hw, plan, mrec_f, mrec_b, mfwd, mbwd)
@@ -377,6 +409,9 @@ def main() -> int:
                   f"{est.iteration_time_s:.3f} | {t_fix:.3f} | {est_m.iteration_time_s:.3f} | "
                   f"{r['measured_samples_per_s']:.3f} | {est.samples_per_s:.3f} | {samples / t_fix:.3f} | "
                   f"{est_m.samples_per_s:.3f} |")
+        if not rows:
+            print("\n  no candidate at a measured micro-batch (time limit?); nothing to re-simulate")
+            return 0
         print("\n## Whole model: measured step (2 ranks) vs its compute alone (1 process, fwd+bwd+recompute)")
         print("| candidate | measured step s | measured compute alone s | rest (FSDP, comm, optimizer) s |"
               " model fwd+bwd+recompute s | model optimizer s | model exposed comm s |")
