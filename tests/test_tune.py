@@ -97,3 +97,30 @@ def test_bad_input_is_one_line(tmp_path):
     (tmp_path / "u" / "candidates.json").write_text(json.dumps({"key": {"model": "other"}, "candidates": []}))
     r = _tune(tmp_path / "u")
     assert r.returncode == 2 and "candidates.json" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_config_json_model_is_run_as_transformers_implements_it(tmp_path):
+    # the candidates are predicted with the description of transformers' modules (implementation
+    # hf): their runs must be validate --impl hf, with the hf record names
+    from osdp_sim.calibrate.campaign import validate_command
+    from osdp_sim.calibrate.tune import RunSettings, _campaign, jobs_for
+    spec, hw = load_model(str(ROOT / "validate" / "models" / "llama-tiny-hf"), notes=[]), load_profile(HW)
+    cands = choose_candidates(spec, hw, 200 * 2**20, SearchSpace(micro_batches=(1, 2)), k=1, baselines=1)
+    camp = _campaign(RunSettings(hardware=HW, out_dir=tmp_path), "t")
+    jobs = jobs_for(cands, camp, 1)
+    assert jobs and all(j.impl == "hf" and "-hf-" in j.record_path.name for j in jobs)
+    cmd = validate_command(camp, jobs[0], tmp_path / "p.json", 1)
+    assert cmd[cmd.index("--impl") + 1] == "hf"
+
+
+def test_a_model_validate_cannot_run_is_refused_before_the_search(tmp_path):
+    from osdp_sim.calibrate.tune import RunSettings, tune
+    from osdp_sim.errors import UserError
+    import dataclasses
+    from osdp_sim.model.spec import build_spec
+    spec = load_model(str(ROOT / "tests" / "data" / "hf" / "mixtral-8x7b-v0.1"), notes=[], seq_len=128)
+    # Mixtral as a YAML of the runtime's modules: experts, which those modules do not build
+    osdp = build_spec(dataclasses.replace(spec.config, implementation="osdp", source="yaml:x.yaml"))
+    with pytest.raises(UserError, match="cannot build"):      # experts: the runtime's modules have none
+        tune(osdp, load_profile(HW), 2**40, SearchSpace(), RunSettings(hardware=HW, out_dir=tmp_path), log=None)
+    assert not (tmp_path / "candidates.json").exists()

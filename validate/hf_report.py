@@ -8,7 +8,7 @@ Per run: measured vs predicted peak memory (MemTracker's live tensors) and step 
 Spearman's rho of predicted vs measured step time over its distinct plans (repeats averaged),
 the noise floor of its repeated plan, and the memory error by MemTracker category (where the
 description keeps more or less than transformers). The predictions use the description of
-transformers' implementation (validate_cmd.description_for) and the profile as committed.
+transformers' implementation (model.config.for_implementation) and the profile as committed.
 """
 
 import argparse
@@ -37,11 +37,11 @@ CATEGORIES = {"Parameter": ("params", "gathered_params"), "Gradient": ("grads",)
 def predict(record, profile) -> dict:
     """The current cost model's prediction for the record's plan, with the description of the
     implementation that ran."""
-    from osdp_sim.cli.validate_cmd import description_for
+    from osdp_sim.model.config import for_implementation
     from osdp_sim.costmodel import estimate
     from osdp_sim.model.spec import build_spec
     hw = profile if profile.device.count == record.plan.devices else profile.with_devices(record.plan.devices)
-    e = estimate(build_spec(description_for(record.model, record.impl)), hw, record.plan)
+    e = estimate(build_spec(for_implementation(record.model, record.impl)), hw, record.plan)
     return {"time_s": e.iteration_time_s, "memory_bytes": e.peak_memory_bytes,
             "breakdown": dict(e.memory_breakdown)}
 
@@ -171,7 +171,7 @@ def report(folder: str, hw_arg: str, records, rows: list[dict], models: list[dic
         f"on {datetime.now(timezone.utc).isoformat(timespec='minutes')}, from {len(records)} records "
         f"({len(rows)} ok, {len(failed)} not). The profile is evaluated as committed: nothing is fitted, "
         "so there are no held-out plans to report apart. Predictions use the description of "
-        "transformers' implementation (`validate_cmd.description_for`).",
+        "transformers' implementation (`model.config.for_implementation`).",
         "",
         "## Targets",
         "",

@@ -177,7 +177,7 @@ def campaign_from_dict(data, source: str = "<campaign>") -> Campaign:
             cfg = load_model_config(model, seq_len=seq_len, notes=[])
             if impl == "hf":
                 # transformers builds the model from the config.json the description came from
-                from osdp_sim.cli.validate_cmd import check_transformers, hf_config_path
+                from osdp_sim.model.hf import check_transformers, hf_config_path
                 check_transformers(field=f"{f}.impl")
                 hf_config_path(cfg)
             else:

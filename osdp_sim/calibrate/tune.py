@@ -114,7 +114,8 @@ def choose_candidates(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: flo
 
     res = search(spec, hw, mem_limit_bytes, space, time_limit_s=left(0.5))
     if res.plan is None:
-        raise UserError(f"no plan fits {mem_limit_bytes:.0f} bytes per device ({res.status}); "
+        from osdp_sim.units import format_bytes
+        raise UserError(f"no plan fits {format_bytes(mem_limit_bytes)} per device ({res.status}); "
                         "run osdp-sim search for the least memory a plan needs", field="--mem-limit")
     out = [Candidate("search pick", res.plan, res.estimate.samples_per_s, res.estimate.peak_memory_bytes)]
     if k > 1:
@@ -143,6 +144,21 @@ def choose_candidates(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: flo
         seen.add(key)
         unique.append(c)
     return unique
+
+
+def check_runnable(spec: ModelSpec) -> None:
+    """What validate cannot run is refused before the search, not after every run failed."""
+    from osdp_sim.model.config import DESCRIBED, check_runtime_buildable
+    cfg = spec.config
+    if cfg.family == DESCRIBED:
+        raise UserError("a described module runs from Python (osdp_sim.runtime.factory), not through "
+                        "validate; tune its plans there", source=cfg.source or cfg.name, field="--model")
+    if cfg.implementation == "hf":
+        from osdp_sim.model.hf import check_transformers, hf_config_path
+        check_transformers(field="--model")
+        hf_config_path(cfg)
+    else:
+        check_runtime_buildable(cfg)
 
 
 def _other_micro_batches(space, picked: int) -> list[int]:
@@ -187,11 +203,16 @@ def jobs_for(cands: list[Candidate], c: Campaign, repeats: int) -> list[Job]:
         for i, cand in enumerate(cands):
             n = cand.plan.devices
             threads = c.threads or max(1, available_cores() // n)
+            # whose modules run it: the implementation its description follows (a config.json
+            # model is transformers', validate --impl hf), so prediction and run are of one model
+            impl = cand.plan.model.implementation
             name = expected_record_name(cand.plan, backend=c.backend, device=c.device, world=n,
-                                        threads=threads, warmup=c.warmup, iters=c.iters, seed=c.seed + r)
-            jobs.append(Job(cand.plan.model.name, n, cand.plan, c.seed + r, r, c.records_dir / f"n{n}" / name,
-                            f"{cand.label}" + (f" (repeat {r + 1}/{repeats})" if repeats > 1 else ""),
-                            f"candidates[{i}]"))
+                                        threads=threads, warmup=c.warmup, iters=c.iters, seed=c.seed + r,
+                                        impl=impl)
+            jobs.append(Job(model=cand.plan.model.name, nproc=n, plan=cand.plan, seed=c.seed + r, repeat=r,
+                            record_path=c.records_dir / f"n{n}" / name,
+                            label=cand.label + (f" (repeat {r + 1}/{repeats})" if repeats > 1 else ""),
+                            field=f"candidates[{i}]", impl=impl))
     return jobs
 
 
@@ -244,6 +265,7 @@ def tune(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, se
     def left():
         return None if time_limit_s is None else time_limit_s - (time.monotonic() - t0)
 
+    check_runnable(spec)
     out_dir = settings.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     key = {"model": spec.name, "seq_len": spec.seq_len, "hardware": hw.name,

@@ -6,6 +6,7 @@ import sys
 
 from osdp_sim.cli.common import add_model_args, byte_size, check_seconds, nonneg_int, positive_int
 from osdp_sim.errors import UserError
+from osdp_sim.model.hf import check_transformers, hf_config_path
 from osdp_sim.fileio import check_writable
 from osdp_sim.units import format_bytes, format_seconds
 
@@ -115,44 +116,15 @@ def runtime_plan(plan, impl: str):
     return dataclasses.replace(plan, model=model)
 
 
-def hf_config_path(cfg, source: str | None = None) -> str:
-    """The config.json a model description was read from (its `source`, 'hf:PATH (ARCH)'), as an
-    absolute path: what --impl hf builds transformers' model from."""
-    import re
-    m = re.fullmatch(r"hf:(.+) \((\w+)\)", cfg.source or "")
-    if not m:
-        raise UserError(f"--impl hf runs transformers' implementation of a Hugging Face config.json; "
-                        f"model {cfg.name!r} did not come from one (source {cfg.source or 'unknown'!r})",
-                        source=source, field="--impl")
-    path = os.path.abspath(m.group(1))
-    if not os.path.isfile(path):
-        raise UserError(f"the model's config.json {path} is not there (--impl hf builds the model "
-                        "from it)", source=source, field="model.source")
-    return path
-
-
-def check_transformers(field: str = "--impl") -> None:
-    import importlib.util
-    if importlib.util.find_spec("transformers") is None:
-        raise UserError("--impl hf runs transformers' implementation, and transformers is not "
-                        "installed; install the extra: pip install -e '.[hf]'", field=field)
-
-
-def description_for(cfg, impl: str):
-    """The description the prediction of a run on `impl` uses (a record of format 2 or older
-    holds its model as implementation osdp, whichever ran: its `impl` says)."""
-    from osdp_sim.model.config import for_implementation
-    return for_implementation(cfg, impl)
-
-
 def predict(plan, hw, impl: str = "osdp") -> dict | None:
     """The cost model's prediction for this plan on the profile (None if it cannot say)."""
     from osdp_sim.costmodel import estimate
+    from osdp_sim.model.config import for_implementation
     from osdp_sim.model.spec import build_spec
     from osdp_sim.records import predicted_from_estimate
     if hw.device.count != plan.devices:
         hw = hw.with_devices(plan.devices)
-    return predicted_from_estimate(estimate(build_spec(description_for(plan.model, impl)), hw, plan))
+    return predicted_from_estimate(estimate(build_spec(for_implementation(plan.model, impl)), hw, plan))
 
 
 # Flags that shape a uniform plan; a plan file fixes all of them (and would silently win).

@@ -323,3 +323,29 @@ def _decoder_fields(r: _Reader, arch: Arch, fields: dict, key_of: dict, warned: 
         fields.pop("n_kv_heads", None)      # null means num_attention_heads
     if fields.get("head_size") is None:
         fields.pop("head_size", None)
+
+
+# What `--impl hf` (validate, campaign files, tune) needs before any rank starts.
+
+def hf_config_path(cfg, source: str | None = None) -> str:
+    """The config.json a model description was read from (its `source`, 'hf:PATH (ARCH)'), as an
+    absolute path: what --impl hf builds transformers' model from."""
+    import os
+    import re
+    m = re.fullmatch(r"hf:(.+) \((\w+)\)", cfg.source or "")
+    if not m:
+        raise UserError(f"--impl hf runs transformers' implementation of a Hugging Face config.json; "
+                        f"model {cfg.name!r} did not come from one (source {cfg.source or 'unknown'!r})",
+                        source=source, field="--impl")
+    path = os.path.abspath(m.group(1))
+    if not os.path.isfile(path):
+        raise UserError(f"the model's config.json {path} is not there (--impl hf builds the model "
+                        "from it)", source=source, field="model.source")
+    return path
+
+
+def check_transformers(field: str = "--impl") -> None:
+    import importlib.util
+    if importlib.util.find_spec("transformers") is None:
+        raise UserError("--impl hf runs transformers' implementation, and transformers is not "
+                        "installed; install the extra: pip install -e '.[hf]'", field=field)
