@@ -329,22 +329,18 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
         write()
         progress(rank, f"memory step done (tracked peak {mem['tracker_peak_bytes']} bytes)")
 
-        if device_kind == "cpu" and spec.get("mem_cap_bytes") and fake_world:
-            if (mem["tracker_peak_bytes"] or 0) > spec["mem_cap_bytes"]:
-                result["status"] = "oom"
-                result["error"] = (f"tracked peak memory {mem['tracker_peak_bytes']} bytes exceeds the cap "
-                                   f"of {spec['mem_cap_bytes']} bytes")
-                result["oom_ranks"] = [0]
-                write()
-                return result
-        elif device_kind == "cpu" and spec.get("mem_cap_bytes"):
-            peaks = torch.tensor([float(mem["tracker_peak_bytes"] or 0)], dtype=torch.float64)
-            everyone = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
-            dist.all_gather(everyone, peaks)
-            over = [r for r, t in enumerate(everyone) if t.item() > spec["mem_cap_bytes"]]
+        if device_kind == "cpu" and spec.get("mem_cap_bytes"):
+            mine = float(mem["tracker_peak_bytes"] or 0)
+            if fake_world:             # one rank ran: a fake group's gather would return garbage
+                everyone = [mine]
+            else:
+                gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
+                dist.all_gather(gathered, torch.tensor([mine], dtype=torch.float64))
+                everyone = [t.item() for t in gathered]
+            over = [r for r, peak in enumerate(everyone) if peak > spec["mem_cap_bytes"]]
             if over:
                 result["status"] = "oom"
-                result["error"] = (f"tracked peak memory {int(everyone[over[0]].item())} bytes on rank "
+                result["error"] = (f"tracked peak memory {int(everyone[over[0]])} bytes on rank "
                                    f"{over[0]} exceeds the cap of {spec['mem_cap_bytes']} bytes "
                                    f"(ranks over the cap: {over})")
                 result["oom_ranks"] = over
