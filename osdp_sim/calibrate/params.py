@@ -57,7 +57,7 @@ def default_params(profile: HardwareProfile) -> tuple[Param, ...]:
     - collectives.extra_latency_s.*: sigma = the profile's small-message cost (launch + link
       latency, at least 50 us): a per-call overhead of the order of what was measured.
     - overlap_slowdown: sigma 0.15 in log: published overlap coefficients span 1.1-1.4.
-    - compute.kernel_launch_s: sigma 1 in log (kernel_launch_param says why).
+    - host.op_s, host.hook_s: sigma 1 in log (host_params says why).
     - memory.context_bytes: sigma 64 MiB; memory.fragmentation: sigma 0.05 (5% of the peak).
     """
     k = profile.collectives
@@ -73,7 +73,7 @@ def default_params(profile: HardwareProfile) -> tuple[Param, ...]:
                         f"fixed cost added to every {op} call"))
     ps.append(Param("overlap_slowdown", True, 1.0, 3.0, 0.15, "x", "time",
                     "slowdown of compute and communication while they overlap"))
-    ps.append(kernel_launch_param(profile))
+    ps.extend(host_params(profile))
     ps.append(Param("memory.context_bytes", False, 0.0, cap / 2, 64 * MiB, "MiB", "memory",
                     "bytes per device outside the tracked tensors"))
     ps.append(Param("memory.fragmentation", False, 0.0, 0.5, 0.05, "", "memory",
@@ -87,10 +87,24 @@ EXTRA = {
     "compute.bandwidth_efficiency": lambda p: Param(
         "compute.bandwidth_efficiency", True, 0.01, 1.0, 0.3, "", "time",
         "achieved fraction of memory bandwidth for elementwise work"),
-    "compute.backward_forward_ratio": lambda p: Param(
-        "compute.backward_forward_ratio", True, 1.0, 4.0, 0.2, "x", "time",
-        "backward compute time over forward compute time"),
+    "compute.kernel_launch_s": lambda p: kernel_launch_param(p),
+    "compute.attention_backward_ratio": lambda p: Param(
+        "compute.attention_backward_ratio", True, 1.0, 6.0, 0.3, "x", "time",
+        "backward over forward time of the attention kernel"),
+    "host.dtensor_op_s": lambda p: Param(
+        "host.dtensor_op_s", True, 1e-7, 1e-2, 1.0, "us", "time",
+        "host time of one op on a DTensor (the optimizer step)"),
 }
+
+
+def host_params(profile: HardwareProfile) -> list[Param]:
+    """The host's dispatch cost per eager op and per FSDP2 hook. profile-hw times a 1-element op
+    on a plain tensor; a training step's op also records autograd and runs Python module code, and
+    an FSDP2 hook issues collectives, copies and waits: loose priors, sigma 1 in log (a factor e)."""
+    return [Param("host.op_s", True, 1e-7, 1e-2, 1.0, "us", "time",
+                  "host time to dispatch one eager op"),
+            Param("host.hook_s", True, 1e-7, 5e-2, 1.0, "us", "time",
+                  "host time of one FSDP2 hook of one unit (issue, copy, wait)")]
 
 
 def kernel_launch_param(profile: HardwareProfile) -> Param:
@@ -109,10 +123,10 @@ def select_params(profile: HardwareProfile, names: list[str] | None = None,
     out = list(base)
     if names:
         for n in names:
-            if n not in known:
-                raise UserError(f"unknown coefficient {n!r}; expected some of {', '.join(known)}",
-                                field="--params")
-        out = [p for p in base if p.name in names]
+            if n not in known and n not in EXTRA:
+                raise UserError(f"unknown coefficient {n!r}; expected some of "
+                                f"{', '.join(list(known) + list(EXTRA))}", field="--params")
+        out = [known[n] if n in known else EXTRA[n](profile) for n in names]
     for n in extra or []:
         if n not in EXTRA:
             raise UserError(f"unknown extra coefficient {n!r}; expected one of {', '.join(EXTRA)}",
@@ -140,6 +154,8 @@ def get_value(profile: HardwareProfile, name: str) -> float:
         return m.fragmentation
     if name.startswith("compute."):
         return float(getattr(c, name.split(".", 1)[1]))
+    if name.startswith("host."):
+        return float(getattr(profile.host, name.split(".", 1)[1]))
     raise KeyError(name)
 
 
@@ -147,7 +163,7 @@ def with_values(profile: HardwareProfile, values: dict[str, float]) -> HardwareP
     """A copy of the profile with the given coefficients replaced."""
     c, k, m = profile.compute, profile.collectives, profile.memory
     eff, extra = dict(k.efficiency), dict(k.extra_latency_s)
-    c_kw, m_kw, slowdown = {}, {}, profile.overlap_slowdown
+    c_kw, m_kw, h_kw, slowdown = {}, {}, {}, profile.overlap_slowdown
     for name, x in values.items():
         if name.startswith("collectives.efficiency."):
             eff[name.rsplit(".", 1)[1]] = x
@@ -161,9 +177,11 @@ def with_values(profile: HardwareProfile, values: dict[str, float]) -> HardwareP
             m_kw["fragmentation"] = x
         elif name.startswith("compute."):
             c_kw[name.split(".", 1)[1]] = x
+        elif name.startswith("host."):
+            h_kw[name.split(".", 1)[1]] = x
         else:
             raise KeyError(name)
-    return replace(profile, compute=replace(c, **c_kw),
+    return replace(profile, compute=replace(c, **c_kw), host=replace(profile.host, **h_kw),
                    collectives=replace(k, efficiency=eff, extra_latency_s=extra),
                    overlap_slowdown=slowdown, memory=replace(m, **m_kw))
 

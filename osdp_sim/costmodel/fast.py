@@ -30,9 +30,8 @@ Scope: reduce_every_microbatch=True plans (the search space); anything else rais
 from dataclasses import dataclass
 from functools import cached_property
 
-from osdp_sim.costmodel.lowering import (_lower_group, _root_fwd_s, make_unit, optimizer_temp_sums,
-                                         root_largest_tensor)
-from osdp_sim.costmodel.rates import bandwidth_time_s
+from osdp_sim.costmodel.lowering import (_lower_group, optimizer_temp_sums, root_step, root_unit,
+                                         unit_optimizer_s)
 from osdp_sim.costmodel.states import compute_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
@@ -41,8 +40,6 @@ from osdp_sim.plan.plan import GroupChoice, Plan
 TIME_Q = 2.0 ** -50            # seconds per fixed-point time unit
 MEM_Q = 2.0 ** -10             # bytes per fixed-point memory unit
 NEG = -(2 ** 62)               # "no event" in fixed point
-OPT_KERNELS_PER_UNIT = 12      # lowering.lower: bandwidth_time_s(..., 12 * len(units))
-OPT_BYTES_PER_PARAM = {"adamw": 2 * (4 + 4 + 8), "sgd": 2 * (4 + 4 + 4)}
 
 
 def qt(x: float) -> int:
@@ -78,6 +75,11 @@ class StepCost:
     pm: float                     # its unit's optimizer temporary (CommUnit.optimizer_temp_bytes)
     opt: float                    # its unit's share of the optimizer step time
     copy: bool = False            # a ddp unit: its backward "gather" allocates at its user's start
+    rf: float = -1.0              # its forward inside a checkpointed block's recompute (< 0: f)
+
+    @property
+    def recompute(self) -> float:
+        return self.f if self.rf < 0 else self.rf
 
     @cached_property
     def pending(self) -> "Pending":
@@ -124,9 +126,7 @@ def _rs_items(u, grads_resident: bool) -> tuple:
 
 def _unit_numbers(u, hw: HardwareProfile, cfg: Config) -> tuple[float, float, float]:
     res = u.states.params + u.states.optimizer + (u.states.grads if cfg.grad_accum > 1 else 0.0)
-    opt = bandwidth_time_s(hw, u.states.params / 4.0 * OPT_BYTES_PER_PARAM[cfg.optimizer],
-                           OPT_KERNELS_PER_UNIT)
-    return res, u.optimizer_temp_bytes, opt
+    return res, u.optimizer_temp_bytes, unit_optimizer_s(hw, u, cfg.optimizer)
 
 
 def group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: HardwareProfile,
@@ -138,8 +138,7 @@ def group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: HardwarePr
     act = g.activations.bytes_for(cb, tokens)
     act_grad = 2.0 * tokens * spec.config.hidden * cb
     units: list = []
-    steps = _lower_group(g, -1, hw, plan, units, tokens, act, act_grad,
-                         hw.compute.backward_forward_ratio)
+    steps = _lower_group(spec, g, -1, hw, plan, units, tokens, act, act_grad)
     out = []
     for s in steps:
         u = units[s.unit]
@@ -149,7 +148,8 @@ def group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: HardwarePr
             f=s.fwd_s, b=s.bwd_s, agf=u.all_gather_s, gath=u.gathered_bytes, z3=z3,
             agb=u.all_gather_s, act=s.act_bytes, ft=s.fwd_temp_bytes, ag=s.act_grad_bytes,
             bt=s.bwd_temp_bytes, ug=u.unsharded_grad_bytes, free_gath=True,
-            rs=_rs_items(u, cfg.grad_accum > 1), res=res, pm=pm, opt=opt, copy=u.strategy == "ddp"))
+            rs=_rs_items(u, cfg.grad_accum > 1), res=res, pm=pm, opt=opt, copy=u.strategy == "ddp",
+            rf=s.recompute_work_s))
     return tuple(out)
 
 
@@ -160,29 +160,20 @@ class RootCost:
 
 
 def root_steps(spec: ModelSpec, hw: HardwareProfile, cfg: Config) -> RootCost:
-    """Mirrors the root part of lowering.lower (unit 0 and the embed and head steps)."""
+    """The root part of lowering.lower (unit 0 and the embed and head steps) as StepCosts."""
     plan = cfg.plan(spec, {"root": GroupChoice(cfg.root)}, ())
-    conf = spec.config
-    tokens = cfg.micro_batch * conf.seq_len
-    cb = compute_bytes(cfg.precision)
-    ratio = hw.compute.backward_forward_ratio
-    act_grad = 2.0 * tokens * conf.hidden * cb
-    u = make_unit("root", "root", cfg.root, spec.params_of("root"), hw, plan, True,
-                  root_largest_tensor(spec))
+    u = root_unit(spec, hw, plan)
     res, pm, opt = _unit_numbers(u, hw, cfg)
     made = {}
     for g in spec.groups:
         if g.plan_key != "root":
             continue
-        act = g.activations.bytes_for(cb, tokens)
-        fwd = _root_fwd_s(g, hw, cfg.precision, tokens, act)
-        logits = tokens * conf.vocab_size
+        st = root_step(spec, g, hw, plan, u)
         head = g.kind == "head"
         made[g.kind] = StepCost(
-            f=fwd, b=ratio * fwd, agf=None if head else u.all_gather_s, gath=u.gathered_bytes,
-            z3=False, agb=0.0, act=act, ft=logits * (cb + 4) if head else 0.0,
-            ag=0.0 if head else act_grad,
-            bt=logits * (4 + 4) if head else 0.0, ug=u.unsharded_grad_bytes if head else 0.0,
+            f=st.fwd_s, b=st.bwd_s, agf=None if head else u.all_gather_s, gath=u.gathered_bytes,
+            z3=False, agb=0.0, act=st.act_bytes, ft=st.fwd_temp_bytes, ag=st.act_grad_bytes,
+            bt=st.bwd_temp_bytes, ug=u.unsharded_grad_bytes if head else 0.0,
             free_gath=not head, rs=None if head else _rs_items(u, cfg.grad_accum > 1),
             res=res if head else 0.0, pm=pm if head else 0.0, opt=opt if head else 0.0)
     return RootCost(made["embed"], made["head"])
@@ -448,21 +439,21 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum
         ags = tuple(_bwd_gather(st) for st in steps if st.z3)
         o_y = run(pend.b, pend.start, pend.end, pend.items + ags,
                   len(pend.items) + len(ags) - 1 if ags else None)
-        o_y = max(o_y, run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps), _copies(steps)),
+        o_y = max(o_y, run(sum(st.recompute for st in steps), (-ck, sum(st.act for st in steps), _copies(steps)),
                            0.0, (), None))
         o_y = max(o_y, chain(st.pending for st in steps[:0:-1]))
     elif kind == "ckmlp":
         ags = tuple(_bwd_gather(st) for st in steps if st.z3)
         o_y = run(pend.b, pend.start, pend.end, pend.items + ags, len(pend.items) + len(ags) - 1)
         o_m1 = y                     # after the last gather's allocation nothing else happens
-        o_m2 = run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps), _copies(steps)),
+        o_m2 = run(sum(st.recompute for st in steps), (-ck, sum(st.act for st in steps), _copies(steps)),
                    0.0, (), None)
         o_m2 = max(o_m2, chain(st.pending for st in steps[:0:-1]))
     elif kind == "ckattn":
         # its gathers are allocated before the recompute starts (m1), its ddp copies with it (m2)
         g_a = sum(st.gath for st in steps if st.z3) - _copies(steps)
         p_a = g_a + _copies(steps) + sum(st.act for st in steps)
-        dt += sum(st.agb for st in steps if st.z3) + sum(st.f for st in steps)
+        dt += sum(st.agb for st in steps if st.z3) + sum(st.recompute for st in steps)
         y += p_a
         o_y = chain([pend] + [st.pending for st in steps[:0:-1]])
     elif kind == "group":

@@ -7,15 +7,24 @@ time). The root unit holds the embedding and the head and is gathered once per s
 Compute is attached to "steps": the work a unit's parameters feed, in forward order.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from osdp_sim.costmodel.rates import bandwidth_time_s, collective_time_s, gemm_time_s, has_table
+from osdp_sim.costmodel.kernels import GroupWork, group_work, param_tensors
+from osdp_sim.costmodel.rates import (attention_time_s, bandwidth_time_s, collective_time_s,
+                                      gemm_shape_time_s, has_table, task_time_s)
 from osdp_sim.costmodel.states import StateBytes, compute_bytes, reduce_bytes, state_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
 from osdp_sim.plan.plan import Plan
 
-FWD_KERNELS_PER_GROUP = 8      # norm, residual, activation, reshapes: launches besides the GEMMs
+HOOKS_PER_PASS = 2             # FSDP2 hooks per unit per pass: pre/post forward, pre/post backward
+SLICE_OPS = (3, 6)             # eager ops of one more Linear slice: t, mm/addmm, view (backward: 2x)
+# torch.optim ops per parameter tensor (single-tensor loop, CPU) and foreach ops per step (CUDA),
+# counted with a TorchDispatchMode on torch 2.13 (tests/test_costmodel_kernels.py)
+OPTIMIZER_OPS_PER_TENSOR = {"adamw": 10, "sgd": 3}
+OPTIMIZER_FOREACH_OPS = {"adamw": 12, "sgd": 3}
+OPTIMIZER_BYTES_PER_PARAM = {"adamw": 2 * (4 + 4 + 8), "sgd": 2 * (4 + 4 + 4)}
+OPTIMIZER_KERNELS_PER_UNIT = 12
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,7 @@ class CommUnit:
     replica_all_reduce_s: float   # HSDP: all-reduce of the sharded gradients across shard groups
     is_root: bool = False
     optimizer_temp_bytes: float = 0.0   # transient of the optimizer step over this unit's tensors
+    param_tensors: int = 1        # parameter tensors (the optimizer's per-tensor work)
 
     @property
     def reshards_after_forward(self) -> bool:
@@ -58,6 +68,12 @@ class Step:
     act_grad_bytes: float         # transient gradient of activations while its backward runs
     fwd_temp_bytes: float = 0.0   # transient during its forward only (the logits)
     bwd_temp_bytes: float = 0.0   # transient during its backward only (gradient of the logits)
+    recompute_s: float = -1.0     # its forward again inside a checkpointed block's recompute
+                                  # (no FSDP2 hooks); < 0: same as fwd_s
+
+    @property
+    def recompute_work_s(self) -> float:
+        return self.fwd_s if self.recompute_s < 0 else self.recompute_s
 
 
 @dataclass(frozen=True)
@@ -101,8 +117,10 @@ def optimizer_temp_sums(hw: HardwareProfile, optimizer: str) -> bool:
 
 
 def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: HardwareProfile,
-              plan: Plan, is_root: bool = False, largest_tensor: float | None = None) -> CommUnit:
-    """`largest_tensor`: elements of the unit's largest parameter tensor (default: all of them)."""
+              plan: Plan, is_root: bool = False, largest_tensor: float | None = None,
+              tensors: int = 1) -> CommUnit:
+    """`largest_tensor`: elements of the unit's largest parameter tensor (default: all of them);
+    `tensors`: how many parameter tensors it holds."""
     n, d = plan.shard_size, plan.devices
     cb, rb = compute_bytes(plan.precision), reduce_bytes(plan.precision)
     states = state_bytes(params, strategy, n, plan.optimizer)
@@ -136,7 +154,8 @@ def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: Hardwa
                     gathered_bytes=params * cb, unsharded_grad_bytes=params * cb,
                     reduce_buffer_bytes=reduce_buffer,
                     all_gather_s=ag_s, reduce_s=reduce_s, reduce_kind=kind,
-                    replica_all_reduce_s=rep_s, is_root=is_root, optimizer_temp_bytes=opt_temp)
+                    replica_all_reduce_s=rep_s, is_root=is_root, optimizer_temp_bytes=opt_temp,
+                    param_tensors=tensors)
 
 
 def largest_tensor(g: OpGroup, cfg=None) -> float:
@@ -155,45 +174,125 @@ def root_largest_tensor(spec: ModelSpec) -> float:
     return max(largest_tensor(g, spec.config) for g in spec.groups if g.plan_key == "root")
 
 
-def _fwd_elementwise_s(hw: HardwareProfile, act_bytes: float) -> float:
-    # Elementwise work reads and writes roughly what it saves for backward.
-    return bandwidth_time_s(hw, 2.0 * act_bytes, FWD_KERNELS_PER_GROUP)
+@dataclass(frozen=True)
+class GroupTimes:
+    """Device and host time of one group's kernels for one micro-batch (seconds): the parts that
+    every plan of the group runs once, and one slice of each Linear (of `slices`)."""
+
+    fixed_fwd_s: float            # attention kernel and memory-bound kernels, forward
+    fixed_bwd_s: float
+    attention_fwd_s: float        # the attention kernel alone (part of fixed_fwd_s)
+    slice_fwd_s: dict             # Linear name -> forward GEMM of one slice (all experts)
+    slice_bwd_s: dict             # Linear name -> both backward GEMMs of one slice
+    host_fwd_s: float             # the group's eager ops, forward (no FSDP2 hooks)
+    host_bwd_s: float
+
+
+def group_times(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: int,
+                slices: int = 1) -> GroupTimes:
+    """The kernels of kernels.group_work costed on the profile (rates.py). Backward GEMMs: the
+    input gradient (M tokens, N in, K out) and the weight gradient (M out, N in, K tokens)."""
+    cb = compute_bytes(dtype)
+    w: GroupWork = group_work(spec.config, g, tokens, cb, hw.device.kind == "cpu")
+    fwd = {l.name: 0.0 for l in g.linears}
+    bwd = dict(fwd)
+    for gm in w.gemms:
+        # a slice of a Linear holds out / slices rows of its weight; of a stack of experts,
+        # copies / slices whole experts
+        n, count = (gm.n / slices, 1.0) if gm.count == 1 else (gm.n, gm.count / slices)
+        fwd[gm.name] = count * gemm_shape_time_s(hw, gm.m, n, gm.k, dtype, cb)
+        bwd[gm.name] = count * (gemm_shape_time_s(hw, gm.m, gm.k, n, dtype, cb)
+                                + gemm_shape_time_s(hw, n, gm.k, gm.m, dtype, cb))
+    attn_f = attn_b = 0.0
+    if w.attention is not None:
+        a = w.attention
+        attn_f = attention_time_s(hw, a.flops, a.keys, a.bytes_moved, dtype)
+        attn_b = hw.compute.attention_backward_ratio * attn_f
+    mem = w.memory
+    mem_f = bandwidth_time_s(hw, mem.fwd_bytes, mem.fwd_kernels)
+    mem_b = bandwidth_time_s(hw, mem.bwd_bytes, mem.bwd_kernels)
+    extra_f, extra_b = (slices - 1) * len(g.linears) * SLICE_OPS[0], (slices - 1) * len(g.linears) * SLICE_OPS[1]
+    op = hw.host.op_s
+    return GroupTimes(attn_f + mem_f, attn_b + mem_b, attn_f, fwd, bwd,
+                      (w.fwd_ops + extra_f) * op, (w.bwd_ops + extra_b) * op)
+
+
+def copy_out_s(hw: HardwareProfile, gathered_bytes: float) -> float:
+    """FSDP2's copy of an all-gather's output into the unit's parameters (split_with_sizes_copy
+    in the unit's pre-forward / pre-backward), on the compute stream: read and write once."""
+    return bandwidth_time_s(hw, 2.0 * gathered_bytes, 1)
+
+
+def copy_in_s(hw: HardwareProfile, u: CommUnit) -> float:
+    """FSDP2 copies a unit's gradients into the reduce-scatter input (foreach_reduce). On a GPU that
+    runs on the reduction's own stream; on a CPU device on the thread that computes."""
+    if hw.host.async_device:
+        return 0.0
+    return bandwidth_time_s(hw, 2.0 * u.unsharded_grad_bytes, 1)
+
+
+def hooks_s(hw: HardwareProfile) -> float:
+    """Host time of one unit's FSDP2 hooks in one pass (forward or backward)."""
+    return HOOKS_PER_PASS * hw.host.hook_s
+
+
+def unit_optimizer_s(hw: HardwareProfile, u: CommUnit, optimizer: str) -> float:
+    """The optimizer step over one unit's local shards: the device streams the fp32 parameters,
+    gradients and states (OPTIMIZER_BYTES_PER_PARAM) in its kernels; the host dispatches
+    torch.optim's ops. CUDA's default foreach implementation issues each op once for a list of
+    tensors (per-tensor cost at the plain op rate); CPU's single-tensor loop issues each op per
+    parameter tensor, on DTensors (FSDP2's sharded parameters): dtensor_op_s each."""
+    device = bandwidth_time_s(hw, u.states.params / 4.0 * OPTIMIZER_BYTES_PER_PARAM[optimizer],
+                              OPTIMIZER_KERNELS_PER_UNIT)
+    if hw.host.async_device:
+        host = OPTIMIZER_FOREACH_OPS[optimizer] * u.param_tensors * hw.host.op_s
+    else:
+        host = OPTIMIZER_OPS_PER_TENSOR[optimizer] * u.param_tensors * hw.host.dtensor_op_s
+    return task_time_s(hw, device, host)
+
+
+def root_unit(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> CommUnit:
+    """The root unit: the embedding and the head, gathered once per step."""
+    tensors = sum(param_tensors(spec.config, g) for g in spec.groups if g.plan_key == "root")
+    return make_unit("root", "root", plan.choices["root"].strategy, spec.params_of("root"), hw, plan,
+                     True, root_largest_tensor(spec), tensors)
+
+
+def root_step(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, plan: Plan, root: CommUnit) -> Step:
+    """The embedding's or the head's step (unit 0)."""
+    cfg = spec.config
+    tokens = plan.micro_batch * cfg.seq_len
+    cb = compute_bytes(plan.precision)
+    fwd, bwd = _root_step_times(spec, g, hw, plan.precision, tokens, root)
+    head = g.kind == "head"
+    logits = tokens * cfg.vocab_size
+    # The head's backward peaks in the loss gradient (bwd_temp, 8 B per logit); the gradient of
+    # its input comes after that is cast down and counts as the incoming gradient of the next
+    # backward step, so the head has no act_grad of its own.
+    return Step(g.name, 0, -1, fwd, bwd, g.activations.bytes_for(cb, tokens),
+                0.0 if head else 2.0 * tokens * cfg.hidden * cb,
+                fwd_temp_bytes=logits * (cb + 4) if head else 0.0,
+                bwd_temp_bytes=logits * (4 + 4) if head else 0.0)
 
 
 def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
     cfg = spec.config
     tokens = plan.micro_batch * cfg.seq_len
     cb = compute_bytes(plan.precision)
-    dtype = plan.precision
-    ratio = hw.compute.backward_forward_ratio
     act_grad = 2.0 * tokens * cfg.hidden * cb
 
-    units: list[CommUnit] = []
+    units: list[CommUnit] = [root_unit(spec, hw, plan)]
     steps: list[Step] = []
-    root_params = spec.params_of("root")
-    units.append(make_unit("root", "root", plan.choices["root"].strategy, root_params, hw, plan, True,
-                           root_largest_tensor(spec)))
-
     for unit in spec.units:
         for g in unit.groups:
-            act = g.activations.bytes_for(cb, tokens)
             if g.plan_key == "root":
-                fwd = _root_fwd_s(g, hw, dtype, tokens, act)
-                logits = tokens * cfg.vocab_size
-                # The head's backward peaks in the loss gradient (bwd_temp, 8 B per logit); the
-                # gradient of its input comes after that is cast down and counts as the incoming
-                # gradient of the next backward step, so the head has no act_grad of its own.
-                steps.append(Step(g.name, 0, -1, fwd, ratio * fwd, act,
-                                  0.0 if g.kind == "head" else act_grad,
-                                  fwd_temp_bytes=logits * (cb + 4) if g.kind == "head" else 0.0,
-                                  bwd_temp_bytes=logits * (4 + 4) if g.kind == "head" else 0.0))
+                steps.append(root_step(spec, g, hw, plan, units[0]))
                 continue
-            steps.extend(_lower_group(g, unit.index, hw, plan, units, tokens, act, act_grad, ratio))
+            act = g.activations.bytes_for(cb, tokens)
+            steps.extend(_lower_group(spec, g, unit.index, hw, plan, units, tokens, act, act_grad))
 
     ckpt_bytes = {u.index: u.ckpt_activations.bytes_for(cb, tokens) for u in spec.blocks}
-    local_params = sum(u.states.params for u in units) / 4.0          # fp32 elements held locally
-    opt_bytes_moved = local_params * {"adamw": 2 * (4 + 4 + 8), "sgd": 2 * (4 + 4 + 4)}[plan.optimizer]
-    optimizer_s = bandwidth_time_s(hw, opt_bytes_moved, 12 * len(units))
+    optimizer_s = sum(unit_optimizer_s(hw, u, plan.optimizer) for u in units)
     # The optimizer's temporaries: every unit's at once under foreach AdamW (CUDA), else the
     # largest unit's (make_unit; on CPU two fp32 tensors the size of its largest local tensor).
     temps = [u.optimizer_temp_bytes for u in units]
@@ -202,58 +301,85 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
                    optimizer_temp, tokens)
 
 
-def linear_time_s(hw: HardwareProfile, l, tokens: int, dtype: str, slices: int = 1) -> float:
-    """Forward GEMMs of one slice (of `slices`) of a Linear over `tokens`. A stack of MoE experts
-    is one GEMM per expert over the tokens routed to it (tokens x active / copies under balanced
-    routing); a slice of the stack holds copies / slices experts."""
-    if l.copies == 1:
-        return gemm_time_s(hw, tokens * l.fwd_flops_per_token / slices, dtype)
-    return l.copies / slices * gemm_time_s(hw, tokens * l.fwd_flops_per_token / l.copies, dtype)
+def _root_step_times(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: int,
+                     root: CommUnit) -> tuple[float, float]:
+    """Forward and backward of the embedding or the head. The root unit's hooks, its all-gather's
+    copy-out and its gradients' copy-in are charged to the embedding (its first forward step and
+    its last backward step)."""
+    t = group_times(spec, g, hw, dtype, tokens)
+    if g.kind == "head" and not g.linears:
+        # a tied head has no Linear of its own: the logits GEMM (M tokens, N vocab, K hidden)
+        cfg = spec.config
+        cb = compute_bytes(dtype)
+        v, h = cfg.vocab_size, cfg.hidden
+        t = replace(t, slice_fwd_s={"logits": gemm_shape_time_s(hw, tokens, v, h, dtype, cb)},
+                    slice_bwd_s={"logits": gemm_shape_time_s(hw, tokens, h, v, dtype, cb)
+                                 + gemm_shape_time_s(hw, v, h, tokens, dtype, cb)})
+    dev_f = t.fixed_fwd_s + sum(t.slice_fwd_s.values())
+    dev_b = t.fixed_bwd_s + sum(t.slice_bwd_s.values())
+    host_f, host_b = t.host_fwd_s, t.host_bwd_s
+    if g.kind == "embed":
+        if root.strategy != "ddp":
+            dev_f += copy_out_s(hw, root.gathered_bytes)
+        dev_b += copy_in_s(hw, root)
+        host_f += hooks_s(hw)
+        host_b += hooks_s(hw)
+    return task_time_s(hw, dev_f, host_f), task_time_s(hw, dev_b, host_b)
 
 
-def _root_fwd_s(g: OpGroup, hw: HardwareProfile, dtype: str, tokens: int, act: float) -> float:
-    gemms = sum(gemm_time_s(hw, 2.0 * tokens * l.weight_params, dtype) for l in g.linears)
-    if g.kind == "head":
-        # Tied heads have no Linear of their own; the logits GEMM is in fwd_flops_per_token.
-        gemms = gemm_time_s(hw, tokens * g.fwd_flops_per_token, dtype)
-    return gemms + _fwd_elementwise_s(hw, act)
+def _step(hw: HardwareProfile, name: str, unit_index: int, u: CommUnit, block: int, dev_f: float,
+          dev_b: float, host_f: float, host_b: float, act: float, act_grad: float,
+          bwd_temp: float = 0.0) -> Step:
+    """One non-root step: its unit's hooks, copy-out (each all-gather) and copy-in added."""
+    gathers_f = u.strategy != "ddp"
+    gathers_b = u.reshards_after_forward and u.strategy != "ddp"
+    cf = copy_out_s(hw, u.gathered_bytes) if gathers_f else 0.0
+    cb_ = copy_out_s(hw, u.gathered_bytes) if gathers_b else 0.0
+    return Step(name, unit_index, block,
+                task_time_s(hw, dev_f + cf, host_f + hooks_s(hw)),
+                task_time_s(hw, dev_b + cb_ + copy_in_s(hw, u), host_b + hooks_s(hw)),
+                act, act_grad, bwd_temp_bytes=bwd_temp, recompute_s=task_time_s(hw, dev_f, host_f))
 
 
-def _lower_group(g: OpGroup, block: int, hw: HardwareProfile, plan: Plan, units: list,
-                 tokens: int, act: float, act_grad: float, ratio: float) -> list[Step]:
+def _lower_group(spec: ModelSpec, g: OpGroup, block: int, hw: HardwareProfile, plan: Plan,
+                 units: list, tokens: int, act: float, act_grad: float) -> list[Step]:
     c = plan.choices[g.plan_key]
     dtype = plan.precision
     k, j = c.slices, c.sharded_slices
-    linear_flops = sum(l.fwd_flops_per_token for l in g.linears)
-    attn_core = tokens * (g.fwd_flops_per_token - linear_flops)     # scores and weighted sum
-    core_s = 2 * gemm_time_s(hw, attn_core / 2, dtype) if attn_core > 0 else 0.0
-    elem_s = _fwd_elementwise_s(hw, act)
-    slice_s = {l.name: linear_time_s(hw, l, tokens, dtype, k) for l in g.linears}
+    t = group_times(spec, g, hw, dtype, tokens, k)
     # measured for described groups (model/describe.py), 0 for the built-in families
     bwd_temp = g.bwd_temp.bytes_per_token(compute_bytes(dtype)) * tokens
+    tensors = param_tensors(spec.config, g)
 
     if not c.is_split:
         units.append(make_unit(g.name, g.plan_key, c.strategy, g.param_count, hw, plan,
-                               largest_tensor=largest_tensor(g)))
-        fwd = core_s + elem_s + sum(slice_s.values())
-        return [Step(g.name, len(units) - 1, block, fwd, ratio * fwd, act, act_grad,
-                     bwd_temp_bytes=bwd_temp)]
+                               largest_tensor=largest_tensor(g), tensors=tensors))
+        u = units[-1]
+        return [_step(hw, g.name, len(units) - 1, u, block,
+                      t.fixed_fwd_s + sum(t.slice_fwd_s.values()), t.fixed_bwd_s + sum(t.slice_bwd_s.values()),
+                      t.host_fwd_s, t.host_bwd_s, act, act_grad, bwd_temp)]
 
     # Replicated part: norms, biases, the k - j unsharded slices of every Linear.
     rep_params = g.param_count - g.splittable_params * j / k
     # the k - j unsharded slices of a Linear are separate tensors of weight / k elements
     rep_largest = max(l.weight_params for l in g.linears) / k if k > j else float(g.other_params)
     units.append(make_unit(g.name, g.plan_key, c.strategy, rep_params, hw, plan,
-                           largest_tensor=rep_largest))
-    rep_fwd = core_s + elem_s + (k - j) * sum(slice_s.values())
-    steps = [Step(g.name, len(units) - 1, block, rep_fwd, ratio * rep_fwd, act, act_grad,
-                  bwd_temp_bytes=bwd_temp)]
+                           largest_tensor=rep_largest,
+                           tensors=max(1, tensors + len(g.linears) * (k - j - 1))))
+    slice_host_f, slice_host_b = SLICE_OPS[0] * hw.host.op_s, SLICE_OPS[1] * hw.host.op_s
+    shared_f = j * len(g.linears) * slice_host_f          # the sharded slices' ops run in their own steps
+    shared_b = j * len(g.linears) * slice_host_b
+    steps = [_step(hw, g.name, len(units) - 1, units[-1], block,
+                   t.fixed_fwd_s + (k - j) * sum(t.slice_fwd_s.values()),
+                   t.fixed_bwd_s + (k - j) * sum(t.slice_bwd_s.values()),
+                   max(0.0, t.host_fwd_s - shared_f), max(0.0, t.host_bwd_s - shared_b),
+                   act, act_grad, bwd_temp)]
     zero3 = "zero3"
     for lin in g.linears:
         for s in range(j):
             name = f"{g.name}/{lin.name}.s{s}"
             units.append(make_unit(name, g.plan_key, zero3, lin.weight_params / k, hw, plan,
                                    largest_tensor=lin.weight_params / k))
-            steps.append(Step(name, len(units) - 1, block, slice_s[lin.name], ratio * slice_s[lin.name],
-                              0.0, 0.0))
+            steps.append(_step(hw, name, len(units) - 1, units[-1], block, t.slice_fwd_s[lin.name],
+                               t.slice_bwd_s[lin.name], slice_host_f, slice_host_b, 0.0, 0.0))
     return steps

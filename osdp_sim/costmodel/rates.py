@@ -89,3 +89,46 @@ def collective_time_s(hw: HardwareProfile, op: str, message_bytes: float, n: int
         return base + factor * message_bytes / (busbw_bytes_per_s(hw, op, message_bytes, n, scope) * eff)
     link = col.inter if scope == "inter" and col.inter else col.intra
     return base + link.latency_s + factor * message_bytes / (link.busbw_bytes_per_s * eff)
+
+
+# ---------------------------------------------------------------- compute kernels by shape
+
+def _tile_fill(hw: HardwareProfile, m: float, n: float) -> float:
+    """Fraction of the launched output tiles that hold output (tile quantisation): an M x N output
+    runs ceil(M / tm) x ceil(N / tn) tiles of tm x tn."""
+    tm, tn = hw.compute.gemm_tile
+    if tm <= 1 and tn <= 1:
+        return 1.0
+    return (m * n) / (math.ceil(m / tm) * tm * math.ceil(n / tn) * tn)
+
+
+def gemm_shape_time_s(hw: HardwareProfile, m: float, n: float, k: float, dtype: str, cb: int) -> float:
+    """One GEMM of output M x N over K: the larger of its compute time, 2MNK / (peak x eff(2MNK)
+    x tile fill), and its memory time, (MK + KN + MN) x cb / achieved bandwidth; plus one launch."""
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    flops = 2.0 * m * n * k
+    c = hw.compute
+    compute_s = flops / (c.peak_flops[dtype] * gemm_efficiency(hw, flops, dtype) * _tile_fill(hw, m, n))
+    memory_s = (m * k + k * n + m * n) * cb / (c.memory_bandwidth_bytes_per_s * c.bandwidth_efficiency)
+    return max(compute_s, memory_s) + c.kernel_launch_s
+
+
+def attention_time_s(hw: HardwareProfile, flops: float, keys: int, bytes_moved: float, dtype: str) -> float:
+    """The fused attention kernel's forward: its executed FLOPs at the profile's attention
+    efficiency for this many attended keys (else the GEMM curve at those FLOPs), or its memory
+    time if larger; plus one launch. Backward = attention_backward_ratio x this."""
+    if flops <= 0:
+        return 0.0
+    c = hw.compute
+    curve = c.attention_efficiency.get(dtype)
+    eff = interp_log(curve, keys) if curve else gemm_efficiency(hw, flops, dtype)
+    compute_s = flops / (c.peak_flops[dtype] * eff)
+    memory_s = bytes_moved / (c.memory_bandwidth_bytes_per_s * c.bandwidth_efficiency)
+    return max(compute_s, memory_s) + c.kernel_launch_s
+
+
+def task_time_s(hw: HardwareProfile, device_s: float, host_s: float) -> float:
+    """A compute task's duration: the device's work and the host's dispatch of it overlap on an
+    asynchronous device (a GPU: the slower one bounds), and add on a CPU."""
+    return max(device_s, host_s) if hw.host.async_device else device_s + host_s

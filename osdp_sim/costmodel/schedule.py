@@ -147,7 +147,7 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
                 elif steps[j].unit in gathered:
                     deps.append((gathered[steps[j].unit], "end"))
             rc = add(Task(f"recompute block{s.block}", "compute",
-                          sum(steps[j].fwd_s for j in block_steps[s.block]), "recompute", tuple(deps)))
+                          sum(steps[j].recompute_work_s for j in block_steps[s.block]), "recompute", tuple(deps)))
             for j in block_steps[s.block]:
                 allocate_copy(steps[j].unit, rc)
             # Recompute re-saves the block's activations; the input it saves is the tensor the

@@ -36,11 +36,22 @@ def profile_to_dict(profile: HardwareProfile) -> dict:
     }
     if c.efficiency_scale != 1.0:
         compute["efficiency_scale"] = _plain(c.efficiency_scale)
+    if c.attention_efficiency:
+        compute["attention_efficiency"] = {dt: [[_plain(k), _plain(f)] for k, f in curve]
+                                           for dt, curve in c.attention_efficiency.items()}
+    if c.attention_backward_ratio != 2.5:
+        compute["attention_backward_ratio"] = _plain(c.attention_backward_ratio)
+    if tuple(c.gemm_tile) != (1, 1):
+        compute["gemm_tile"] = list(c.gemm_tile)
     out["compute"] = compute
     out["collectives"] = _collectives(k)
     out["overlap"] = {"slowdown": _plain(profile.overlap_slowdown)}
     out["memory"] = {"context_mib": _to_int_unit(m.context_bytes, MiB),
                      "fragmentation": _plain(m.fragmentation)}
+    h = profile.host
+    if (h.op_s, h.hook_s, h.dtensor_op_s) != (0.0, 0.0, 0.0) or h.async_device != (d.kind == "cuda"):
+        out["host"] = {"op_us": _to_unit(h.op_s, US), "hook_us": _to_unit(h.hook_s, US),
+                       "dtensor_op_us": _to_unit(h.dtensor_op_s, US), "async_device": h.async_device}
     if profile.provenance:
         out["provenance"] = profile.provenance
     return out

@@ -11,7 +11,7 @@ from pathlib import Path
 import osdp_sim
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import read_yaml
-from osdp_sim.hardware.profile import (COLLECTIVE_OPS, DTYPES, SCOPES, CollectiveSpec,
+from osdp_sim.hardware.profile import (COLLECTIVE_OPS, DTYPES, SCOPES, CollectiveSpec, HostSpec,
                                        CollectiveTable, ComputeSpec, DeviceSpec, HardwareProfile,
                                        LinkSpec, MemorySpec)
 
@@ -99,7 +99,7 @@ def profile_from_dict(data, source: str = "<profile>") -> HardwareProfile:
     r = _Reader(source)
     top = r.mapping(data, "", required=("schema", "version", "name", "device", "compute",
                                         "collectives", "overlap", "memory"),
-                    optional=("description", "provenance"))
+                    optional=("description", "provenance", "host"))
     if top["schema"] != SCHEMA:
         r.fail("schema", f"expected {SCHEMA!r}, got {top['schema']!r}; is this an osdp-sim hardware profile?")
     if isinstance(top["version"], bool) or top["version"] != VERSION:
@@ -113,6 +113,7 @@ def profile_from_dict(data, source: str = "<profile>") -> HardwareProfile:
     slowdown = r.number(overlap["slowdown"], "overlap.slowdown", lo=1.0, hi=10.0,
                         hint="1 means perfect overlap; measured values are 1.1-1.4")
     memory = _memory(r, top["memory"], device)
+    host = _host(r, top.get("host"), device)
     provenance = top.get("provenance", {})
     if provenance is None:
         provenance = {}
@@ -120,7 +121,7 @@ def profile_from_dict(data, source: str = "<profile>") -> HardwareProfile:
         r.fail("provenance", f"expected a mapping (how it was measured), got {_show(provenance)}")
     return HardwareProfile(name=name, description=description, device=device, compute=compute,
                            collectives=collectives, overlap_slowdown=slowdown, memory=memory,
-                           source=source, provenance=provenance)
+                           host=host, source=source, provenance=provenance)
 
 
 def _device(r: "_Reader", value) -> DeviceSpec:
@@ -149,7 +150,8 @@ def _compute(r: "_Reader", value) -> ComputeSpec:
     c = r.mapping(value, "compute", required=("peak_tflops", "gemm_efficiency", "memory_bandwidth_gbps",
                                               "bandwidth_efficiency", "backward_forward_ratio",
                                               "kernel_launch_us"),
-                  optional=("efficiency_scale",))
+                  optional=("efficiency_scale", "attention_efficiency", "attention_backward_ratio",
+                            "gemm_tile"))
     optional_dtypes = tuple(d for d in DTYPES if d not in REQUIRED_DTYPES)
     peak = r.mapping(c["peak_tflops"], "compute.peak_tflops", required=REQUIRED_DTYPES,
                      optional=optional_dtypes)
@@ -171,7 +173,59 @@ def _compute(r: "_Reader", value) -> ComputeSpec:
         backward_forward_ratio=r.number(c["backward_forward_ratio"], "compute.backward_forward_ratio",
                                         lo=0.1, hi=10.0, hint="2 for the 6*P*tokens rule"),
         kernel_launch_s=r.nonnegative(c["kernel_launch_us"], "compute.kernel_launch_us", "us") * US,
-        efficiency_scale=r.multiplier(c.get("efficiency_scale", 1.0), "compute.efficiency_scale"))
+        efficiency_scale=r.multiplier(c.get("efficiency_scale", 1.0), "compute.efficiency_scale"),
+        attention_efficiency=_attention_curves(r, c.get("attention_efficiency"), peak_flops),
+        attention_backward_ratio=r.number(c.get("attention_backward_ratio", 2.5),
+                                          "compute.attention_backward_ratio", lo=0.5, hi=10.0,
+                                          hint="2.5 for FlashAttention-2's 5 backward matmuls against 2"),
+        gemm_tile=_tile(r, c.get("gemm_tile", [1, 1])))
+
+
+def _attention_curves(r: "_Reader", value, peak_flops: dict) -> dict:
+    if value is None:
+        return {}
+    eff = r.mapping(value, "compute.attention_efficiency", optional=DTYPES)
+    out = {}
+    for dt, curve in eff.items():
+        path = f"compute.attention_efficiency.{dt}"
+        if dt not in peak_flops:
+            r.fail(path, f"an attention curve for {dt} needs compute.peak_tflops.{dt} too")
+        pairs = r.sequence(curve, path, hint="[[attended keys, fraction of peak], ...]", nonempty=True)
+        pts: list[tuple[float, float]] = []
+        for i, pair in enumerate(pairs):
+            p = f"{path}[{i}]"
+            if not isinstance(pair, list) or len(pair) != 2:
+                r.fail(p, f"expected a pair [attended keys, fraction of peak], got {_show(pair)}")
+            keys = r.positive(pair[0], f"{p}[0]", "keys")
+            if pts and keys <= pts[-1][0]:
+                r.fail(f"{p}[0]", f"key counts must be strictly increasing; {keys:g} follows {pts[-1][0]:g}")
+            pts.append((keys, r.fraction(pair[1], f"{p}[1]")))
+        out[dt] = tuple(pts)
+    return out
+
+
+def _tile(r: "_Reader", value) -> tuple[int, int]:
+    pair = r.sequence(value, "compute.gemm_tile", hint="[tile rows, tile columns], e.g. [128, 128]")
+    if len(pair) != 2:
+        r.fail("compute.gemm_tile", f"expected [tile rows, tile columns], got {_show(value)}")
+    return (r.integer(pair[0], "compute.gemm_tile[0]", lo=1, hi=4096),
+            r.integer(pair[1], "compute.gemm_tile[1]", lo=1, hi=4096))
+
+
+def _host(r: "_Reader", value, device: DeviceSpec) -> HostSpec:
+    """The optional `host` section; absent, a host that costs nothing (the device's own terms
+    then carry the overheads, as in profiles written before it existed)."""
+    default_async = device.kind == "cuda"
+    if value is None:
+        return HostSpec(async_device=default_async)
+    h = r.mapping(value, "host", optional=("op_us", "hook_us", "dtensor_op_us", "async_device"))
+    asynchronous = h.get("async_device", default_async)
+    if not isinstance(asynchronous, bool):
+        r.fail("host.async_device", f"expected true or false, got {_show(asynchronous)}")
+    return HostSpec(op_s=r.nonnegative(h.get("op_us", 0.0), "host.op_us", "us") * US,
+                    hook_s=r.nonnegative(h.get("hook_us", 0.0), "host.hook_us", "us") * US,
+                    dtensor_op_s=r.nonnegative(h.get("dtensor_op_us", 0.0), "host.dtensor_op_us", "us") * US,
+                    async_device=asynchronous)
 
 
 def _efficiency_curve(r: "_Reader", value, path: str) -> tuple[tuple[float, float], ...]:

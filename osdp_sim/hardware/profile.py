@@ -35,8 +35,25 @@ class ComputeSpec:
     memory_bandwidth_bytes_per_s: float
     bandwidth_efficiency: float   # achieved fraction of memory bandwidth for elementwise work
     backward_forward_ratio: float # backward compute time / forward compute time
-    kernel_launch_s: float        # fixed cost per kernel
+    kernel_launch_s: float        # fixed device cost per kernel
     efficiency_scale: float = 1.0 # calibrated multiplier on the GEMM efficiency curve
+    # The fused attention kernel (SDPA flash / memory-efficient): fraction of peak in forward over
+    # the keys each query attends; empty: the GEMM curve at the kernel's FLOPs.
+    attention_efficiency: dict = field(default_factory=dict)    # dtype -> ((keys, fraction), ...)
+    attention_backward_ratio: float = 2.5   # backward time / forward time of the attention kernel
+    gemm_tile: tuple[int, int] = (1, 1)     # output tile (M, N) of the GEMM kernels (quantisation)
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """The CPU thread that issues the work. Eager PyTorch dispatches every op from Python; on a GPU
+    the kernels then run asynchronously, so a task takes max(device, host) time; on a CPU device
+    the same thread does both, so host time adds to the device time."""
+
+    op_s: float = 0.0             # dispatch of one eager aten op (Python, dispatcher, autograd)
+    hook_s: float = 0.0           # one FSDP2 hook of one unit (pre/post forward/backward)
+    dtensor_op_s: float = 0.0     # one op on a DTensor (the optimizer step on sharded parameters)
+    async_device: bool = True     # the device runs kernels asynchronously from the host
 
 
 @dataclass(frozen=True)
@@ -84,6 +101,7 @@ class HardwareProfile:
     collectives: CollectiveSpec
     overlap_slowdown: float       # >= 1: both streams run this much slower while they overlap
     memory: MemorySpec
+    host: HostSpec = HostSpec()
     source: str = ""              # the file it was loaded from
     provenance: dict = field(default_factory=dict)   # how it was measured / what it was fitted on
 

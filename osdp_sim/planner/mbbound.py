@@ -30,11 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from osdp_sim.costmodel.fast import MEM_Q, Config
-from osdp_sim.costmodel.lowering import FWD_KERNELS_PER_GROUP
-from osdp_sim.costmodel.rates import bandwidth_time_s
+from osdp_sim.costmodel.lowering import _root_step_times, copy_in_s, group_times, hooks_s, root_unit
+from osdp_sim.costmodel.rates import task_time_s
 from osdp_sim.costmodel.states import compute_bytes, state_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
+from osdp_sim.plan.plan import GroupChoice
 from osdp_sim.planner.problem import build_problem, group_shape
 from osdp_sim.planner.space import SearchSpace, devices_of, grad_accum_of, group_choices, shard_groups_of
 
@@ -56,39 +57,32 @@ class MicroBatchBounds:
         return np.maximum.accumulate(self.ub_samples_per_s[::-1])[::-1]
 
 
-def _gemm_s(hw: HardwareProfile, flops: np.ndarray, dtype: str) -> np.ndarray:
-    """rates.gemm_time_s over an array of FLOP counts."""
-    curve = hw.compute.gemm_efficiency[dtype]
-    xs = np.log([p[0] for p in curve])
-    ys = np.array([p[1] for p in curve], dtype=float)
-    eff = np.minimum(1.0, np.interp(np.log(np.maximum(flops, 1.0) / 1e9), xs, ys) * hw.compute.efficiency_scale)
-    t = flops / (hw.compute.peak_flops[dtype] * eff) + hw.compute.kernel_launch_s
-    return np.where(flops > 0, t, 0.0)
+def group_compute_s(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: float,
+                    k: int) -> tuple[float, float]:
+    """(forward + backward, recompute) of a (non-root) group split in k slices (k = 1: unsplit),
+    no more than lowering._lower_group charges any of its plans: one unit's hooks, no all-gather
+    copy-out, the steps' device and host work pooled (max(sum, sum) <= sum of max)."""
+    t = group_times(spec, g, hw, dtype, int(tokens), k)
+    dev_f = t.fixed_fwd_s + k * sum(t.slice_fwd_s.values())
+    dev_b = t.fixed_bwd_s + k * sum(t.slice_bwd_s.values())
+    grads = CommUnitGrads(g.param_count * compute_bytes(dtype))
+    both = (task_time_s(hw, dev_f, t.host_fwd_s + hooks_s(hw))
+            + task_time_s(hw, dev_b + copy_in_s(hw, grads), t.host_bwd_s + hooks_s(hw)))
+    return both, task_time_s(hw, dev_f, t.host_fwd_s)
 
 
-def _elementwise_s(hw: HardwareProfile, act_bytes: np.ndarray) -> np.ndarray:
-    return bandwidth_time_s(hw, 2.0 * act_bytes, FWD_KERNELS_PER_GROUP)
+@dataclass(frozen=True)
+class CommUnitGrads:
+    """What copy_in_s reads of a unit."""
+
+    unsharded_grad_bytes: float
 
 
-def group_forward_s(g: OpGroup, hw: HardwareProfile, dtype: str, tokens: np.ndarray, k: int) -> np.ndarray:
-    """The forward compute of a (non-root) group split in k slices (k = 1: unsplit), as
-    lowering._lower_group adds it up over the group's steps."""
-    cb = compute_bytes(dtype)
-    linear_flops = sum(2.0 * l.weight_params for l in g.linears)
-    core = tokens * (g.fwd_flops_per_token - linear_flops)
-    core_s = np.where(core > 0, 2 * _gemm_s(hw, core / 2, dtype), 0.0)
-    slices = sum(k * _gemm_s(hw, 2.0 * tokens * l.weight_params / k, dtype) for l in g.linears)
-    return core_s + _elementwise_s(hw, g.activations.bytes_for(cb, tokens)) + slices
-
-
-def root_forward_s(g: OpGroup, hw: HardwareProfile, dtype: str, tokens: np.ndarray) -> np.ndarray:
-    """lowering._root_fwd_s over an array of token counts."""
-    cb = compute_bytes(dtype)
-    if g.kind == "head":
-        gemms = _gemm_s(hw, tokens * g.fwd_flops_per_token, dtype)
-    else:
-        gemms = sum((_gemm_s(hw, 2.0 * tokens * l.weight_params, dtype) for l in g.linears), np.zeros(len(tokens)))
-    return gemms + _elementwise_s(hw, g.activations.bytes_for(cb, tokens))
+def root_compute_s(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: float,
+                   root) -> float:
+    """lowering's embedding or head step, forward + backward."""
+    f, b = _root_step_times(spec, g, hw, dtype, int(tokens), root)
+    return f + b
 
 
 @dataclass(frozen=True)
@@ -133,22 +127,28 @@ def micro_batch_bounds(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace,
     tokens = mbs.astype(float) * spec.seq_len
     dtype = space.precision
     cb = compute_bytes(dtype)
-    ratio = hw.compute.backward_forward_ratio
     splits = sorted(set(space.splits) | {1})
     shapes: dict = {}
 
-    def fwd(g: OpGroup) -> np.ndarray:
+    def times(g: OpGroup) -> tuple[np.ndarray, np.ndarray]:
         key = group_shape(g)
         if key not in shapes:
-            shapes[key] = np.minimum.reduce([group_forward_s(g, hw, dtype, tokens, k) for k in splits])
+            per = [[group_compute_s(spec, g, hw, dtype, t, k) for t in tokens] for k in splits]
+            shapes[key] = (np.min([[c for c, _ in row] for row in per], axis=0),
+                           np.min([[r for _, r in row] for row in per], axis=0))
         return shapes[key]
 
-    root = sum((root_forward_s(g, hw, dtype, tokens) for g in spec.groups if g.plan_key == "root"), np.zeros(len(mbs)))
+    # the root as ddp: no all-gather copy-out, the least any root strategy is charged
+    cfg0 = Config(devices_of(space, hw), 1, 1, 1, dtype, space.optimizer, "ddp")
+    root_u = root_unit(spec, hw, cfg0.plan(spec, {"root": GroupChoice("ddp")}, ()))
+    root = np.array([sum(root_compute_s(spec, g, hw, dtype, t, root_u) for g in spec.groups
+                         if g.plan_key == "root") for t in tokens])
     # Per sample: the per-forward bytes (Activations.bytes_per_forward, transformers' rotary tables
     # and position ids) are left out, which only loosens the bound.
     root_act = sum(g.activations.bytes_per_token(cb) for g in spec.groups if g.plan_key == "root") * spec.seq_len
-    block_fwd = [sum(fwd(g) for g in u.groups) for u in spec.blocks]
-    compute = (1.0 + ratio) * (root + sum(block_fwd, np.zeros(len(mbs))))
+    block_both = [sum(times(g)[0] for g in u.groups) for u in spec.blocks]
+    block_fwd = [sum(times(g)[1] for g in u.groups) for u in spec.blocks]      # the recompute
+    compute = root + sum(block_both, np.zeros(len(mbs)))
     kept = np.array([u.activations.bytes_per_token(cb) for u in spec.blocks]) * spec.seq_len   # per sample
     ck = np.array([u.ckpt_activations.bytes_per_token(cb) for u in spec.blocks]) * spec.seq_len
     allow_nc, allow_ck = False in space.checkpoint, True in space.checkpoint

@@ -23,6 +23,7 @@ class Option:
     choice: GroupChoice
     steps: tuple[StepCost, ...]
     cf: float                     # forward compute
+    crf: float                    # its forward inside a checkpointed block's recompute (<= cf)
     af: float                     # forward (own) all-gathers
     fwd_in: float                 # forward segments between its own steps (exact)
     f_last: float                 # forward of its last step (its segment pairs with the next group)
@@ -43,6 +44,7 @@ def make_option(choice: GroupChoice, steps: tuple[StepCost, ...], s: float) -> O
     return Option(
         choice=choice, steps=steps,
         cf=sum(st.f for st in steps),
+        crf=sum(st.recompute for st in steps),
         af=sum(st.agf or 0.0 for st in steps),
         fwd_in=sum(seg(a.f, b.agf or 0.0, s) for a, b in zip(steps, steps[1:])),
         f_last=steps[-1].f,
