@@ -631,6 +631,17 @@ def render(runs: list[PublishedRun], comps: list[Comparison], runs_path: str) ->
         "recorded.",
         "- fms-fsdp's tables are all multi-node (128 A100 / 96 H100); the eager ones are recorded above as "
         "needing a multi-node profile, the compiled ones as out of scope.",
+        "- Hugging Face's \"Accelerate Large Model Training using PyTorch Fully Sharded Data Parallel\" "
+        "(huggingface/blog pytorch-fsdp.md, 2022; GPT-2 Large / XL, FSDP1 on 2x Titan RTX 24 GB): its "
+        "tables give the largest batch that fits and an \"Approx Train Time (minutes)\" of a whole "
+        "`time accelerate launch` job (preprocessing and evaluation included, fp32: `mixed_precision: "
+        "'no'`), the block size is cut off in the post (`--block_size 12`) and the token count of its "
+        "wikitext-2 subset is not given, so no tokens/s can be derived; nothing recorded.",
+        "- torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md: every row is tensor "
+        "parallel with torch.compile on 64-256 GPUs; not recorded.",
+        "- torchtitan commit messages with eager 8-GPU logs were searched (`git log --grep` for tps/wps "
+        "lines): PRs 355, 822 and 1287 are counted above; float8 or compiled ones (808, 812, 820, 833, "
+        "698, 701) are not recorded.",
         "",
     ]
     return "\n".join(lines)
