@@ -164,3 +164,30 @@ def test_a_counted_run_without_a_plan_is_refused(ext):
     d["measured"] = {"tokens_per_s_per_gpu": [2, 1]}
     with pytest.raises(UserError, match="above high"):
         ext.run_from_dict(d, "f.yaml")
+
+
+def test_log_quoted_runs_carry_the_quoted_numbers(runs):
+    # torchtitan runs read from a training log: both ends of the tokens/s range and the logged
+    # reserved memory appear in the quoted log lines (thousands separated as torchtitan prints them)
+    logged = [r for r in runs if r.id.startswith(("pr822-", "pr1287-", "pr355-"))]
+    assert len(logged) == 6
+    for r in logged:
+        m = r.measured
+        for tokens in (m.tokens_per_s_per_gpu_low, m.tokens_per_s_per_gpu_high):
+            assert f"{tokens:,.0f}" in r.source_quote, r.id
+        assert f"memory: {m.reserved_gib:.2f}GiB" in r.source_quote, r.id
+        assert r.setup["nodes"] == 1 and r.setup["local_batch"] == r.plan.micro_batch == 1, r.id
+
+
+def test_reshard_policies_map_onto_strategies(ext, runs):
+    # torchtitan's reshard_after_forward policy: 'always' every block resharded (zero3), 'default' all
+    # but the last block, 'never' none (zero2)
+    by_id = {r.id: r for r in runs}
+    expected = {"pr822-8b-always": {"zero3"}, "pr822-8b-never": {"zero2"}}
+    for rid, strategies in expected.items():
+        cfg, _spec, _hw = ext.run_inputs(by_id[rid])
+        plan = ext.build_plan(cfg, by_id[rid].plan, 8, checkpoint=False)
+        assert {plan.choices[k].strategy for k in plan.choices if k.startswith("block")} == strategies
+    cfg, _spec, _hw = ext.run_inputs(by_id["pr822-8b-default"])
+    plan = ext.build_plan(cfg, by_id["pr822-8b-default"].plan, 8, checkpoint=False)
+    assert plan.choices["block31.mlp"].strategy == "zero2" and plan.choices["block0.attn"].strategy == "zero3"
