@@ -61,6 +61,7 @@ class PlanMapping:
     micro_batch: int
     checkpoint: str                 # none | full | selective-op
     last_block: str | None          # strategy of the last block when it differs
+    grad_accum: int = 1             # micro-batches per optimizer step
 
     @property
     def expressible(self) -> bool:
@@ -216,7 +217,11 @@ def _plan_mapping(d: dict, where: str) -> PlanMapping:
     mb = _need(p, "micro_batch", where, int)
     if mb <= 0:
         raise UserError(f"micro_batch must be positive, got {mb}", source=where, field="plan.micro_batch")
-    return PlanMapping(strategy, mb, checkpoint, last)
+    ga = p.get("grad_accum", 1)
+    if isinstance(ga, bool) or not isinstance(ga, int) or ga <= 0:
+        raise UserError(f"grad_accum must be a positive whole number, got {ga!r}", source=where,
+                        field="plan.grad_accum")
+    return PlanMapping(strategy, mb, checkpoint, last, ga)
 
 
 def _held_logits(d: dict, where: str) -> dict:
@@ -278,7 +283,8 @@ def load_runs(path: str | Path) -> list[PublishedRun]:
 
 def build_plan(cfg, mapping: PlanMapping, devices: int, checkpoint: bool):
     plan = uniform_plan(cfg, mapping.strategy, devices=devices, micro_batch=mapping.micro_batch,
-                        checkpoint=checkpoint, precision="bf16", optimizer="adamw")
+                        grad_accum=mapping.grad_accum, checkpoint=checkpoint, precision="bf16",
+                        optimizer="adamw")
     if mapping.last_block and mapping.last_block != mapping.strategy:
         last = cfg.n_layers - 1
         choices = dict(plan.choices)
@@ -303,8 +309,13 @@ def predict(spec, cfg, hw, mapping: PlanMapping, devices: int, checkpoint: str, 
                       usable_gib=hw.device.usable_memory_bytes / GiB)
 
 
+def model_arg(model: str) -> str:
+    """A model file named in the data file is relative to the repository root."""
+    return str(ROOT / model) if model.endswith((".yaml", ".yml", ".json")) else model
+
+
 def run_inputs(run: PublishedRun):
-    cfg = load_model_config(run.model, seq_len=run.setup["seq_len"])
+    cfg = load_model_config(model_arg(run.model), seq_len=run.setup["seq_len"])
     hw = load_profile(run.hw)
     devices = run.setup["devices"]
     if devices > hw.device.count:
@@ -352,7 +363,7 @@ def _gib(x: float | None) -> str:
 def setup_text(run: PublishedRun) -> str:
     s = run.setup
     parts = [s.get("model", run.model or "").split(" (")[0], f"{s['devices']} GPUs", f"seq {s['seq_len']}",
-             f"local batch {s.get('local_batch', run.plan.micro_batch)}", s.get("fsdp", ""),
+             f"local batch {s.get('local_batch', run.plan.micro_batch * run.plan.grad_accum)}", s.get("fsdp", ""),
              f"{run.plan.checkpoint} AC"]
     return ", ".join(p for p in parts if p)
 
@@ -360,7 +371,8 @@ def setup_text(run: PublishedRun) -> str:
 def plan_text(run: PublishedRun) -> str:
     p = run.plan
     last = f", last block {p.last_block}" if p.last_block and p.last_block != p.strategy else ""
-    return f"{p.strategy}{last}, mb {p.micro_batch}, {p.checkpoint} AC"
+    ga = f" x {p.grad_accum} accum" if p.grad_accum > 1 else ""
+    return f"{p.strategy}{last}, mb {p.micro_batch}{ga}, {p.checkpoint} AC"
 
 
 def results_table(comps: list[Comparison]) -> list[str]:
@@ -405,7 +417,7 @@ def breakdown(c: Comparison, p: Prediction) -> dict:
     cfg, spec, hw = run_inputs(r)
     devices = r.setup["devices"]
     tb = p.est.time_breakdown
-    tokens_per_gpu_step = r.plan.micro_batch * spec.seq_len
+    tokens_per_gpu_step = r.plan.micro_batch * r.plan.grad_accum * spec.seq_len
     no_launch = predict(spec, cfg, without_launches(hw), r.plan, devices, p.checkpoint, p.label)
     measured_mfu = 3 * spec.fwd_flops_per_token * r.measured.tokens_per_s_per_gpu / hw.compute.peak_flops["bf16"]
     return {
@@ -438,7 +450,7 @@ def explain(c: Comparison) -> list[str]:
     lines = [f"- **{r.id}** ({r.title}): {head}."]
     lines.append(
         f"  Step: predicted {ms(b['step_s'])}, measured {ms(b['measured_step_s'])} "
-        f"({r.plan.micro_batch} x {r.setup['seq_len']} tokens per GPU / measured tokens/s). Predicted compute "
+        f"({r.plan.micro_batch * r.plan.grad_accum} x {r.setup['seq_len']} tokens per GPU / measured tokens/s). Predicted compute "
         f"{ms(b['compute_s'])} (forward {ms(b['forward_s'])}, backward {ms(b['backward_s'])}, recompute "
         f"{ms(b['recompute_s'])}, optimizer {ms(b['optimizer_s'])}), exposed communication "
         f"{ms(b['exposed_communication_s'])} of {ms(b['communication_s'])}, overlap slowdown "
@@ -528,6 +540,9 @@ def mapping_notes(comps: list[Comparison]) -> list[str]:
         block_gib = spec.blocks[0].param_count * 2 / GiB
         for n in c.run.notes:
             lines.append(f"- {c.run.id}: {n}.")
+        if c.as_run and not c.as_run.fits:
+            lines.append(f"- {c.run.id}: the model's peak, {c.as_run.reserved_gib:.1f} GiB, is above the profile's "
+                         f"{c.as_run.usable_gib:.1f} GiB usable for a run that did run: memory over-estimated.")
         if "torchtitan" in c.run.source_ref and c.run.setup.get("fsdp") == "FSDP2":
             lines.append(f"- {c.run.id}: torchtitan wraps each block as one FSDP unit; the model's units are "
                          f"the block's attn and mlp groups, so its gathered and prefetched copies at a moment "
@@ -637,6 +652,10 @@ def render(runs: list[PublishedRun], comps: list[Comparison], runs_path: str) ->
         "`time accelerate launch` job (preprocessing and evaluation included, fp32: `mixed_precision: "
         "'no'`), the block size is cut off in the post (`--block_size 12`) and the token count of its "
         "wikitext-2 subset is not given, so no tokens/s can be derived; nothing recorded.",
+        "- llm-foundry's MPT table (scripts/train/benchmarking/README.md @ b2a43a14): its 16-64 GPU rows "
+        "(multi-node H100 / A100), its \"H100 80GB FP8\" rows (Transformer Engine fp8) and its \"A100 40GB\" "
+        "rows (precision `bf16`, FSDP mixed precision PURE: bf16 parameters without an fp32 master copy, "
+        "which the plan format cannot express) are not recorded.",
         "- torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md: every row is tensor "
         "parallel with torch.compile on 64-256 GPUs; not recorded.",
         "- torchtitan commit messages with eager 8-GPU logs were searched (`git log --grep` for tps/wps "
