@@ -654,8 +654,8 @@ def render(runs: list[PublishedRun], comps: list[Comparison], runs_path: str) ->
         "wikitext-2 subset is not given, so no tokens/s can be derived; nothing recorded.",
         "- llm-foundry's MPT table (scripts/train/benchmarking/README.md @ b2a43a14): its 16-64 GPU rows "
         "(multi-node H100 / A100), its \"H100 80GB FP8\" rows (Transformer Engine fp8) and its \"A100 40GB\" "
-        "rows (precision `bf16`, FSDP mixed precision PURE: bf16 parameters without an fp32 master copy, "
-        "which the plan format cannot express) are not recorded.",
+        "rows (precision `bf16` rather than `amp_bf16`, FSDP mixed precision PURE: bf16 gradient reduction "
+        "as well; how that maps onto the plan's precision was not checked) are not recorded.",
         "- torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md: every row is tensor "
         "parallel with torch.compile on 64-256 GPUs; not recorded.",
         "- torchtitan commit messages with eager 8-GPU logs were searched (`git log --grep` for tps/wps "
