@@ -450,7 +450,8 @@ def explain(c: Comparison) -> list[str]:
     lines = [f"- **{r.id}** ({r.title}): {head}."]
     lines.append(
         f"  Step: predicted {ms(b['step_s'])}, measured {ms(b['measured_step_s'])} "
-        f"({r.plan.micro_batch * r.plan.grad_accum} x {r.setup['seq_len']} tokens per GPU / measured tokens/s). Predicted compute "
+        f"({r.plan.micro_batch * r.plan.grad_accum} x {r.setup['seq_len']} tokens per GPU / measured tokens/s). "
+        f"Predicted compute "
         f"{ms(b['compute_s'])} (forward {ms(b['forward_s'])}, backward {ms(b['backward_s'])}, recompute "
         f"{ms(b['recompute_s'])}, optimizer {ms(b['optimizer_s'])}), exposed communication "
         f"{ms(b['exposed_communication_s'])} of {ms(b['communication_s'])}, overlap slowdown "
@@ -541,8 +542,9 @@ def mapping_notes(comps: list[Comparison]) -> list[str]:
         for n in c.run.notes:
             lines.append(f"- {c.run.id}: {n}.")
         if c.as_run and not c.as_run.fits:
-            lines.append(f"- {c.run.id}: the model's peak, {c.as_run.reserved_gib:.1f} GiB, is above the profile's "
-                         f"{c.as_run.usable_gib:.1f} GiB usable for a run that did run: memory over-estimated.")
+            lines.append(f"- {c.run.id}: the model's peak, {c.as_run.reserved_gib:.1f} GiB, is above the "
+                         f"profile's {c.as_run.usable_gib:.1f} GiB usable for a run that did run: memory "
+                         "over-estimated.")
         if "torchtitan" in c.run.source_ref and c.run.setup.get("fsdp") == "FSDP2":
             lines.append(f"- {c.run.id}: torchtitan wraps each block as one FSDP unit; the model's units are "
                          f"the block's attn and mlp groups, so its gathered and prefetched copies at a moment "
