@@ -15,14 +15,18 @@ from pathlib import Path
 
 import yaml
 
-from osdp_sim.cli.common import run_script
-from osdp_sim.costmodel import estimate
-from osdp_sim.errors import UserError
-from osdp_sim.fileio import write_text_atomic
-from osdp_sim.hardware.load import load_profile
-from osdp_sim.model.load import load_model_config
-from osdp_sim.model.spec import build_spec
-from osdp_sim.plan.plan import STRATEGIES, GroupChoice, uniform_plan
+# The checkout's own osdp_sim, not another copy an editable install may point at (the document
+# describes this checkout's cost model).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from osdp_sim.cli.common import run_script  # noqa: E402
+from osdp_sim.costmodel import estimate  # noqa: E402
+from osdp_sim.errors import UserError  # noqa: E402
+from osdp_sim.fileio import write_text_atomic  # noqa: E402
+from osdp_sim.hardware.load import load_profile  # noqa: E402
+from osdp_sim.model.load import load_model_config  # noqa: E402
+from osdp_sim.model.spec import build_spec  # noqa: E402
+from osdp_sim.plan.plan import STRATEGIES, GroupChoice, uniform_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUNS = ROOT / "bench" / "external_runs.yaml"
