@@ -15,14 +15,18 @@ from pathlib import Path
 
 import yaml
 
-from osdp_sim.cli.common import run_script
-from osdp_sim.costmodel import estimate
-from osdp_sim.errors import UserError
-from osdp_sim.fileio import write_text_atomic
-from osdp_sim.hardware.load import load_profile
-from osdp_sim.model.load import load_model_config
-from osdp_sim.model.spec import build_spec
-from osdp_sim.plan.plan import STRATEGIES, GroupChoice, uniform_plan
+# The checkout's own osdp_sim, not another copy an editable install may point at (the document
+# describes this checkout's cost model).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from osdp_sim.cli.common import run_script  # noqa: E402
+from osdp_sim.costmodel import estimate  # noqa: E402
+from osdp_sim.errors import UserError  # noqa: E402
+from osdp_sim.fileio import write_text_atomic  # noqa: E402
+from osdp_sim.hardware.load import load_profile  # noqa: E402
+from osdp_sim.model.load import load_model_config  # noqa: E402
+from osdp_sim.model.spec import build_spec  # noqa: E402
+from osdp_sim.plan.plan import STRATEGIES, GroupChoice, uniform_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUNS = ROOT / "bench" / "external_runs.yaml"
@@ -61,6 +65,7 @@ class PlanMapping:
     micro_batch: int
     checkpoint: str                 # none | full | selective-op
     last_block: str | None          # strategy of the last block when it differs
+    grad_accum: int = 1             # micro-batches per optimizer step
 
     @property
     def expressible(self) -> bool:
@@ -216,7 +221,11 @@ def _plan_mapping(d: dict, where: str) -> PlanMapping:
     mb = _need(p, "micro_batch", where, int)
     if mb <= 0:
         raise UserError(f"micro_batch must be positive, got {mb}", source=where, field="plan.micro_batch")
-    return PlanMapping(strategy, mb, checkpoint, last)
+    ga = p.get("grad_accum", 1)
+    if isinstance(ga, bool) or not isinstance(ga, int) or ga <= 0:
+        raise UserError(f"grad_accum must be a positive whole number, got {ga!r}", source=where,
+                        field="plan.grad_accum")
+    return PlanMapping(strategy, mb, checkpoint, last, ga)
 
 
 def _held_logits(d: dict, where: str) -> dict:
@@ -278,7 +287,8 @@ def load_runs(path: str | Path) -> list[PublishedRun]:
 
 def build_plan(cfg, mapping: PlanMapping, devices: int, checkpoint: bool):
     plan = uniform_plan(cfg, mapping.strategy, devices=devices, micro_batch=mapping.micro_batch,
-                        checkpoint=checkpoint, precision="bf16", optimizer="adamw")
+                        grad_accum=mapping.grad_accum, checkpoint=checkpoint, precision="bf16",
+                        optimizer="adamw")
     if mapping.last_block and mapping.last_block != mapping.strategy:
         last = cfg.n_layers - 1
         choices = dict(plan.choices)
@@ -303,8 +313,13 @@ def predict(spec, cfg, hw, mapping: PlanMapping, devices: int, checkpoint: str, 
                       usable_gib=hw.device.usable_memory_bytes / GiB)
 
 
+def model_arg(model: str) -> str:
+    """A model file named in the data file is relative to the repository root."""
+    return str(ROOT / model) if model.endswith((".yaml", ".yml", ".json")) else model
+
+
 def run_inputs(run: PublishedRun):
-    cfg = load_model_config(run.model, seq_len=run.setup["seq_len"])
+    cfg = load_model_config(model_arg(run.model), seq_len=run.setup["seq_len"])
     hw = load_profile(run.hw)
     devices = run.setup["devices"]
     if devices > hw.device.count:
@@ -352,7 +367,7 @@ def _gib(x: float | None) -> str:
 def setup_text(run: PublishedRun) -> str:
     s = run.setup
     parts = [s.get("model", run.model or "").split(" (")[0], f"{s['devices']} GPUs", f"seq {s['seq_len']}",
-             f"local batch {s.get('local_batch', run.plan.micro_batch)}", s.get("fsdp", ""),
+             f"local batch {s.get('local_batch', run.plan.micro_batch * run.plan.grad_accum)}", s.get("fsdp", ""),
              f"{run.plan.checkpoint} AC"]
     return ", ".join(p for p in parts if p)
 
@@ -360,7 +375,8 @@ def setup_text(run: PublishedRun) -> str:
 def plan_text(run: PublishedRun) -> str:
     p = run.plan
     last = f", last block {p.last_block}" if p.last_block and p.last_block != p.strategy else ""
-    return f"{p.strategy}{last}, mb {p.micro_batch}, {p.checkpoint} AC"
+    ga = f" x {p.grad_accum} accum" if p.grad_accum > 1 else ""
+    return f"{p.strategy}{last}, mb {p.micro_batch}{ga}, {p.checkpoint} AC"
 
 
 def results_table(comps: list[Comparison]) -> list[str]:
@@ -405,7 +421,7 @@ def breakdown(c: Comparison, p: Prediction) -> dict:
     cfg, spec, hw = run_inputs(r)
     devices = r.setup["devices"]
     tb = p.est.time_breakdown
-    tokens_per_gpu_step = r.plan.micro_batch * spec.seq_len
+    tokens_per_gpu_step = r.plan.micro_batch * r.plan.grad_accum * spec.seq_len
     no_launch = predict(spec, cfg, without_launches(hw), r.plan, devices, p.checkpoint, p.label)
     measured_mfu = 3 * spec.fwd_flops_per_token * r.measured.tokens_per_s_per_gpu / hw.compute.peak_flops["bf16"]
     return {
@@ -438,7 +454,8 @@ def explain(c: Comparison) -> list[str]:
     lines = [f"- **{r.id}** ({r.title}): {head}."]
     lines.append(
         f"  Step: predicted {ms(b['step_s'])}, measured {ms(b['measured_step_s'])} "
-        f"({r.plan.micro_batch} x {r.setup['seq_len']} tokens per GPU / measured tokens/s). Predicted compute "
+        f"({r.plan.micro_batch * r.plan.grad_accum} x {r.setup['seq_len']} tokens per GPU / measured tokens/s). "
+        f"Predicted compute "
         f"{ms(b['compute_s'])} (forward {ms(b['forward_s'])}, backward {ms(b['backward_s'])}, recompute "
         f"{ms(b['recompute_s'])}, optimizer {ms(b['optimizer_s'])}), exposed communication "
         f"{ms(b['exposed_communication_s'])} of {ms(b['communication_s'])}, overlap slowdown "
@@ -528,6 +545,10 @@ def mapping_notes(comps: list[Comparison]) -> list[str]:
         block_gib = spec.blocks[0].param_count * 2 / GiB
         for n in c.run.notes:
             lines.append(f"- {c.run.id}: {n}.")
+        if c.as_run and not c.as_run.fits:
+            lines.append(f"- {c.run.id}: the model's peak, {c.as_run.reserved_gib:.1f} GiB, is above the "
+                         f"profile's {c.as_run.usable_gib:.1f} GiB usable for a run that did run: memory "
+                         "over-estimated.")
         if "torchtitan" in c.run.source_ref and c.run.setup.get("fsdp") == "FSDP2":
             lines.append(f"- {c.run.id}: torchtitan wraps each block as one FSDP unit; the model's units are "
                          f"the block's attn and mlp groups, so its gathered and prefetched copies at a moment "
@@ -631,6 +652,21 @@ def render(runs: list[PublishedRun], comps: list[Comparison], runs_path: str) ->
         "recorded.",
         "- fms-fsdp's tables are all multi-node (128 A100 / 96 H100); the eager ones are recorded above as "
         "needing a multi-node profile, the compiled ones as out of scope.",
+        "- Hugging Face's \"Accelerate Large Model Training using PyTorch Fully Sharded Data Parallel\" "
+        "(huggingface/blog pytorch-fsdp.md, 2022; GPT-2 Large / XL, FSDP1 on 2x Titan RTX 24 GB): its "
+        "tables give the largest batch that fits and an \"Approx Train Time (minutes)\" of a whole "
+        "`time accelerate launch` job (preprocessing and evaluation included, fp32: `mixed_precision: "
+        "'no'`), the block size is cut off in the post (`--block_size 12`) and the token count of its "
+        "wikitext-2 subset is not given, so no tokens/s can be derived; nothing recorded.",
+        "- llm-foundry's MPT table (scripts/train/benchmarking/README.md @ b2a43a14): its 16-64 GPU rows "
+        "(multi-node H100 / A100), its \"H100 80GB FP8\" rows (Transformer Engine fp8) and its \"A100 40GB\" "
+        "rows (precision `bf16` rather than `amp_bf16`, FSDP mixed precision PURE: bf16 gradient reduction "
+        "as well; how that maps onto the plan's precision was not checked) are not recorded.",
+        "- torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md: every row is tensor "
+        "parallel with torch.compile on 64-256 GPUs; not recorded.",
+        "- torchtitan commit messages with eager 8-GPU logs were searched (`git log --grep` for tps/wps "
+        "lines): PRs 355, 822 and 1287 are counted above; float8 or compiled ones (808, 812, 820, 833, "
+        "698, 701) are not recorded.",
         "",
     ]
     return "\n".join(lines)
