@@ -57,7 +57,7 @@ def default_params(profile: HardwareProfile) -> tuple[Param, ...]:
     - collectives.extra_latency_s.*: sigma = the profile's small-message cost (launch + link
       latency, at least 50 us): a per-call overhead of the order of what was measured.
     - overlap_slowdown: sigma 0.15 in log: published overlap coefficients span 1.1-1.4.
-    - host.op_s, host.hook_s: sigma 1 in log (host_params says why).
+    - host.op_s, host.call_s: sigma 1 in log (host_params says why).
     - memory.context_bytes: sigma 64 MiB; memory.fragmentation: sigma 0.05 (5% of the peak).
     """
     k = profile.collectives
@@ -98,13 +98,14 @@ EXTRA = {
 
 
 def host_params(profile: HardwareProfile) -> list[Param]:
-    """The host's dispatch cost per eager op and per FSDP2 hook. profile-hw times a 1-element op
-    on a plain tensor; a training step's op also records autograd and runs Python module code, and
-    an FSDP2 hook issues collectives, copies and waits: loose priors, sigma 1 in log (a factor e)."""
-    return [Param("host.op_s", True, 1e-7, 1e-2, 1.0, "us", "time",
+    """The host's dispatch cost per eager op and per collective FSDP2 issues. profile-hw times a 1-element op
+    on a plain tensor, and torch.profiler puts a training step's non-GEMM ops at 5-9 us each on the
+    CPU machine (docs/cost-model.md, issue 15's evidence): sigma 0.5 in log. Around each collective
+    FSDP2 runs a hook, copies and a wait, which no profile measures: sigma 1 in log (a factor e)."""
+    return [Param("host.op_s", True, 1e-7, 1e-2, 0.5, "us", "time",
                   "host time to dispatch one eager op"),
-            Param("host.hook_s", True, 1e-7, 5e-2, 1.0, "us", "time",
-                  "host time of one FSDP2 hook of one unit (issue, copy, wait)")]
+            Param("host.call_s", True, 1e-7, 5e-2, 1.0, "us", "time",
+                  "host time FSDP2 spends per collective of a unit (hook, copies, wait)")]
 
 
 def kernel_launch_param(profile: HardwareProfile) -> Param:

@@ -17,13 +17,18 @@ from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
 from osdp_sim.plan.plan import Plan
 
-HOOKS_PER_PASS = 2             # FSDP2 hooks per unit per pass: pre/post forward, pre/post backward
 SLICE_OPS = (3, 6)             # eager ops of one more Linear slice: t, mm/addmm, view (backward: 2x)
 # torch.optim ops per parameter tensor (single-tensor loop, CPU) and foreach ops per step (CUDA),
 # counted with a TorchDispatchMode on torch 2.13 (tests/test_costmodel_kernels.py)
 OPTIMIZER_OPS_PER_TENSOR = {"adamw": 10, "sgd": 3}
 OPTIMIZER_FOREACH_OPS = {"adamw": 12, "sgd": 3}
-OPTIMIZER_BYTES_PER_PARAM = {"adamw": 2 * (4 + 4 + 8), "sgd": 2 * (4 + 4 + 4)}
+# Bytes each fp32 local parameter costs the optimizer's kernels, as the runtime builds them
+# (parallelize.make_optimizer: AdamW with weight decay 0, SGD with momentum 0.9), counted from
+# torch.optim's adam.py / sgd.py (foreach and single-tensor alike): AdamW exp_avg.lerp_(grad)
+# (r8 w4), exp_avg_sq *= beta2 (r4 w4) and += (1 - beta2) grad^2 (r8 w4), denom = sqrt(exp_avg_sq)
+# (r4 w4), / bias correction (r4 w4), + eps (r4 w4), param.addcdiv_(exp_avg, denom) (r12 w4): 72 B;
+# SGD buf *= momentum (r4 w4), += grad (r8 w4), param -= lr buf (r8 w4): 32 B.
+OPTIMIZER_BYTES_PER_PARAM = {"adamw": 72, "sgd": 32}
 OPTIMIZER_KERNELS_PER_UNIT = 12
 
 
@@ -231,9 +236,18 @@ def copy_in_s(hw: HardwareProfile, u: CommUnit) -> float:
     return bandwidth_time_s(hw, 2.0 * u.unsharded_grad_bytes, 1)
 
 
-def hooks_s(hw: HardwareProfile) -> float:
-    """Host time of one unit's FSDP2 hooks in one pass (forward or backward)."""
-    return HOOKS_PER_PASS * hw.host.hook_s
+def calls_s(hw: HardwareProfile, calls: int) -> float:
+    """Host time of FSDP2's work around `calls` collectives of one unit (its hook, the copy-in and
+    copy-out bookkeeping, the process group's call and wait), host.call_s each."""
+    return calls * hw.host.call_s
+
+
+def collective_calls(u: CommUnit) -> tuple[int, int]:
+    """Collectives one unit issues in forward and in backward: an all-gather before forward (not
+    ddp), again before backward when resharded (zero3), its reduction, the replica all-reduce."""
+    gathers_f = u.strategy != "ddp"
+    gathers_b = u.reshards_after_forward and u.strategy != "ddp"
+    return int(gathers_f), int(gathers_b) + 1 + (1 if u.replica_all_reduce_s > 0 else 0)
 
 
 def unit_optimizer_s(hw: HardwareProfile, u: CommUnit, optimizer: str) -> float:
@@ -322,22 +336,23 @@ def _root_step_times(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: st
         if root.strategy != "ddp":
             dev_f += copy_out_s(hw, root.gathered_bytes)
         dev_b += copy_in_s(hw, root)
-        host_f += hooks_s(hw)
-        host_b += hooks_s(hw)
+        calls_f, calls_b = collective_calls(root)
+        host_f += calls_s(hw, calls_f)
+        host_b += calls_s(hw, calls_b)
     return task_time_s(hw, dev_f, host_f), task_time_s(hw, dev_b, host_b)
 
 
 def _step(hw: HardwareProfile, name: str, unit_index: int, u: CommUnit, block: int, dev_f: float,
           dev_b: float, host_f: float, host_b: float, act: float, act_grad: float,
           bwd_temp: float = 0.0) -> Step:
-    """One non-root step: its unit's hooks, copy-out (each all-gather) and copy-in added."""
-    gathers_f = u.strategy != "ddp"
+    """One non-root step: its unit's collective calls, copy-out (each all-gather) and copy-in added."""
+    calls_f, calls_b = collective_calls(u)
     gathers_b = u.reshards_after_forward and u.strategy != "ddp"
-    cf = copy_out_s(hw, u.gathered_bytes) if gathers_f else 0.0
+    cf = copy_out_s(hw, u.gathered_bytes) if calls_f else 0.0
     cb_ = copy_out_s(hw, u.gathered_bytes) if gathers_b else 0.0
     return Step(name, unit_index, block,
-                task_time_s(hw, dev_f + cf, host_f + hooks_s(hw)),
-                task_time_s(hw, dev_b + cb_ + copy_in_s(hw, u), host_b + hooks_s(hw)),
+                task_time_s(hw, dev_f + cf, host_f + calls_s(hw, calls_f)),
+                task_time_s(hw, dev_b + cb_ + copy_in_s(hw, u), host_b + calls_s(hw, calls_b)),
                 act, act_grad, bwd_temp_bytes=bwd_temp, recompute_s=task_time_s(hw, dev_f, host_f))
 
 

@@ -49,8 +49,8 @@ def profile_to_dict(profile: HardwareProfile) -> dict:
     out["memory"] = {"context_mib": _to_int_unit(m.context_bytes, MiB),
                      "fragmentation": _plain(m.fragmentation)}
     h = profile.host
-    if (h.op_s, h.hook_s, h.dtensor_op_s) != (0.0, 0.0, 0.0) or h.async_device != (d.kind == "cuda"):
-        out["host"] = {"op_us": _to_unit(h.op_s, US), "hook_us": _to_unit(h.hook_s, US),
+    if (h.op_s, h.call_s, h.dtensor_op_s) != (0.0, 0.0, 0.0) or h.async_device != (d.kind == "cuda"):
+        out["host"] = {"op_us": _to_unit(h.op_s, US), "call_us": _to_unit(h.call_s, US),
                        "dtensor_op_us": _to_unit(h.dtensor_op_s, US), "async_device": h.async_device}
     if profile.provenance:
         out["provenance"] = profile.provenance

@@ -218,12 +218,12 @@ def _host(r: "_Reader", value, device: DeviceSpec) -> HostSpec:
     default_async = device.kind == "cuda"
     if value is None:
         return HostSpec(async_device=default_async)
-    h = r.mapping(value, "host", optional=("op_us", "hook_us", "dtensor_op_us", "async_device"))
+    h = r.mapping(value, "host", optional=("op_us", "call_us", "dtensor_op_us", "async_device"))
     asynchronous = h.get("async_device", default_async)
     if not isinstance(asynchronous, bool):
         r.fail("host.async_device", f"expected true or false, got {_show(asynchronous)}")
     return HostSpec(op_s=r.nonnegative(h.get("op_us", 0.0), "host.op_us", "us") * US,
-                    hook_s=r.nonnegative(h.get("hook_us", 0.0), "host.hook_us", "us") * US,
+                    call_s=r.nonnegative(h.get("call_us", 0.0), "host.call_us", "us") * US,
                     dtensor_op_s=r.nonnegative(h.get("dtensor_op_us", 0.0), "host.dtensor_op_us", "us") * US,
                     async_device=asynchronous)
 

@@ -51,7 +51,7 @@ class HostSpec:
     the same thread does both, so host time adds to the device time."""
 
     op_s: float = 0.0             # dispatch of one eager aten op (Python, dispatcher, autograd)
-    hook_s: float = 0.0           # one FSDP2 hook of one unit (pre/post forward/backward)
+    call_s: float = 0.0           # FSDP2's host work per collective of a unit (hook, copies, call)
     dtensor_op_s: float = 0.0     # one op on a DTensor (the optimizer step on sharded parameters)
     async_device: bool = True     # the device runs kernels asynchronously from the host
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from osdp_sim.costmodel.fast import MEM_Q, Config
-from osdp_sim.costmodel.lowering import _root_step_times, copy_in_s, group_times, hooks_s, root_unit
+from osdp_sim.costmodel.lowering import _root_step_times, calls_s, copy_in_s, group_times, root_unit
 from osdp_sim.costmodel.rates import task_time_s
 from osdp_sim.costmodel.states import compute_bytes, state_bytes
 from osdp_sim.hardware.profile import HardwareProfile
@@ -60,14 +60,15 @@ class MicroBatchBounds:
 def group_compute_s(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: float,
                     k: int) -> tuple[float, float]:
     """(forward + backward, recompute) of a (non-root) group split in k slices (k = 1: unsplit),
-    no more than lowering._lower_group charges any of its plans: one unit's hooks, no all-gather
+    no more than lowering._lower_group charges any of its plans: one collective call, no all-gather
     copy-out, the steps' device and host work pooled (max(sum, sum) <= sum of max)."""
     t = group_times(spec, g, hw, dtype, int(tokens), k)
     dev_f = t.fixed_fwd_s + k * sum(t.slice_fwd_s.values())
     dev_b = t.fixed_bwd_s + k * sum(t.slice_bwd_s.values())
     grads = CommUnitGrads(g.param_count * compute_bytes(dtype))
-    both = (task_time_s(hw, dev_f, t.host_fwd_s + hooks_s(hw))
-            + task_time_s(hw, dev_b + copy_in_s(hw, grads), t.host_bwd_s + hooks_s(hw)))
+    # the fewest collective calls any choice issues: ddp's one reduction in backward
+    both = (task_time_s(hw, dev_f, t.host_fwd_s)
+            + task_time_s(hw, dev_b + copy_in_s(hw, grads), t.host_bwd_s + calls_s(hw, 1)))
     return both, task_time_s(hw, dev_f, t.host_fwd_s)
 
 

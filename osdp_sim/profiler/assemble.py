@@ -3,7 +3,7 @@
 import math
 
 from osdp_sim.hardware.profile import (CollectiveSpec, CollectiveTable, ComputeSpec, DeviceSpec,
-                                       HardwareProfile, LinkSpec, MemorySpec)
+                                       HardwareProfile, HostSpec, LinkSpec, MemorySpec)
 from osdp_sim.profiler.collectives import CollectivePoint, busbw_factor, fit_alpha_beta
 from osdp_sim.profiler.gemm import best_rate, efficiency_curve
 from osdp_sim.profiler.measurements import Measurements
@@ -11,6 +11,11 @@ from osdp_sim.profiler.measurements import Measurements
 # Not measured here: the CPU runtime measures tracked tensor bytes (no allocator margin); on a GPU
 # the caching allocator needs a margin, which calibration refines.
 DEFAULT_FRAGMENTATION = {"cpu": 0.0, "cuda": 0.05}
+# Not measured by profile-hw: FSDP2's host work per collective (pytorch/pytorch PR 133369: 0.37-0.46
+# ms of CPU per all-gather on a GPU host; issue 173680: ~1 ms per pre_forward) and one
+# optimizer op on a DTensor (bench/host_costs.py on this project's CPU machine).
+DEFAULT_CALL_S = {"cuda": 400e-6, "cpu": 1e-3}
+DEFAULT_DTENSOR_OP_S = 9.6e-6
 
 
 def sig(x: float, digits: int = 4) -> float:
@@ -158,10 +163,15 @@ def build_profile(m: Measurements, *, name: str, dtypes: tuple[str, ...], nomina
                             memory_bandwidth_bytes_per_s=bandwidth_bytes_per_s,
                             bandwidth_efficiency=bandwidth_eff,
                             backward_forward_ratio=sig(m.block.ratio, 3),
-                            kernel_launch_s=sig(m.kernel_launch.seconds)),
+                            # on a CPU the measured per-op cost is the host's (below)
+                            kernel_launch_s=sig(m.kernel_launch.seconds) if m.kind == "cuda" else 0.0),
         collectives=CollectiveSpec(intra=intra, inter=inter, launch_s=0.0,
                                    tables=_tables(m.collectives)),
         overlap_slowdown=sig(ov.slowdown, 3),
         memory=MemorySpec(context_bytes=0, fragmentation=DEFAULT_FRAGMENTATION.get(m.kind, 0.05)),
+        # the 1-element op's time is the host's dispatch of one op; per-collective and DTensor-op costs
+        # are the documented defaults (docs/cost-model.md, "Host"), fitted by calibrate
+        host=HostSpec(op_s=sig(m.kernel_launch.seconds), call_s=DEFAULT_CALL_S[m.kind],
+                      dtensor_op_s=DEFAULT_DTENSOR_OP_S, async_device=m.kind == "cuda"),
         provenance=provenance,
     )
