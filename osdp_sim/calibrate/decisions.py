@@ -1,0 +1,741 @@
+"""Decision quality as a measured figure (issue 15, docs/accuracy.md "Decisions"): per (model,
+memory limit) case, a reference set of plans is run for real, and the search's pick and the tune's
+pick of each profile are compared with the measured best of that set.
+
+The reference set of a case is the union, over the case file's profiles, of the search's top-N
+distinct plans, every feasible baseline (uniform ddp / zero2 / zero3 with checkpointing all or
+none, and the same strategies with per-block checkpointing) and the tune's candidates
+(tune.choose_candidates); identical plans are measured once. Measurements do not depend on the
+profile, so the set is measured once and every profile's picks are judged on the same numbers.
+
+"Distinct" (plan_signature): plans differing only by which of several identical blocks carries
+which choice (a permutation of blocks) are one plan; two plans are distinct when they differ in
+micro-batch, accumulation, shard group, the root's (or another non-block group's) choice, or the
+multiset of per-block (choices, checkpointed) tuples: the number of checkpointed blocks or the
+count of blocks with each strategy mix.
+"""
+
+import hashlib
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from osdp_sim.errors import UserError
+from osdp_sim.fileio import read_yaml
+from osdp_sim.plan import Plan, plan_from_dict, plan_to_dict, write_json_atomic
+
+WITHIN = 0.03
+"""A pick within this fraction of the measured best counts as a good decision (issue 15's 3%)."""
+
+DEFAULT_RUN_S = 30.0
+"""Seconds one run is assumed to take when the case file's run_seconds does not name its model."""
+
+_TOP = {"name", "description", "out_dir", "run_hardware", "profiles", "repeats", "warmup", "iters",
+        "threads", "top_n", "tune", "time_limit_s", "run_timeout_s", "search_time_limit_s",
+        "precision", "run_seconds", "cases", "baselines"}
+BASELINES = ("ddp", "zero2", "zero3", "ddp_per_block", "zero2_per_block", "zero3_per_block")
+"""Uniform strategies with checkpointing all or none (each at its best setting), and with per-block
+checkpointing (planner/baselines.py)."""
+
+_CASE = {"name", "model", "mem_limit", "micro_batches", "ranks", "seq_len"}
+
+
+# ---------------------------------------------------------------- the case file
+
+@dataclass(frozen=True)
+class DecisionCase:
+    """One (model, memory limit) decision."""
+
+    name: str
+    """Folder and table name of the case (letters, digits, '-', '_', '.')."""
+    model: str
+    """As --model takes it: a built-in name, a model YAML or a config.json folder."""
+    mem_limit_bytes: float
+    """Peak memory limit per device."""
+    micro_batches: tuple[int, ...]
+    """The search space's micro-batches (--micro-batch)."""
+    ranks: int = 2
+    """Ranks (devices) of every plan and run."""
+    seq_len: int | None = None
+    """Sequence length override (None: the model's)."""
+
+
+@dataclass(frozen=True)
+class DecisionsConfig:
+    """A parsed decisions case file (validate/campaigns/decisions-cpu.yaml documents the keys)."""
+
+    name: str
+    source: str
+    out_dir: Path
+    """Records under out_dir/records/<model>/n<ranks>/, each case's reference.json under out_dir/<case>/."""
+    run_hardware: str
+    """The profile `osdp-sim validate` gets (only its prediction in the record depends on it)."""
+    profiles: dict[str, str]
+    """Profile name (e.g. before, after) -> a profile file, a shipped name, or REV:PATH (git show)."""
+    cases: tuple[DecisionCase, ...]
+    repeats: int = 3
+    warmup: int = 2
+    iters: int = 6
+    threads: int | None = 1
+    top_n: int = 6
+    """The search's top-N distinct plans per profile go into the reference set."""
+    tune_candidates: int = 3
+    """tune --candidates K of the tune pick."""
+    tune_baselines: int = 2
+    """tune --baselines B of the tune pick."""
+    time_limit_s: float = 2400.0
+    run_timeout_s: float = 300.0
+    search_time_limit_s: float = 30.0
+    """Per search call (the top-N search, each baseline, the tune's choice)."""
+    precision: str = "bf16"
+    run_seconds: dict[str, float] = field(default_factory=dict)
+    """Model -> measured wall seconds of one run, for the estimate printed before running."""
+    baselines: tuple[str, ...] = BASELINES
+    """The baselines in the reference set (default every one; a smaller set for quick checks)."""
+
+
+def load_config(path: str) -> DecisionsConfig:
+    data = read_yaml(path, "decisions case file")
+
+    def fail(fld, msg):
+        raise UserError(msg, source=str(path), field=fld)
+
+    if not isinstance(data, dict):
+        fail(None, "expected a mapping with keys name, out_dir, run_hardware, profiles, cases")
+    for k in data:
+        if k not in _TOP:
+            fail(k, f"unknown key; expected some of {', '.join(sorted(_TOP))}")
+    for k in ("name", "out_dir", "run_hardware", "profiles", "cases"):
+        if k not in data:
+            fail(k, "missing required key")
+    profiles = data["profiles"]
+    if not isinstance(profiles, dict) or not profiles or not all(
+            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in profiles.items()):
+        fail("profiles", "expected a mapping name -> profile file, shipped name or REV:PATH, "
+                         "e.g. {before: 'HEAD:hwprofiles/cpu-2core-calibrated.yaml'}")
+    tune = data.get("tune") or {}
+    if not isinstance(tune, dict) or set(tune) - {"candidates", "baselines"}:
+        fail("tune", "expected {candidates: K, baselines: B}")
+    from osdp_sim.units import parse_bytes
+    cases, names = [], set()
+    if not isinstance(data["cases"], list) or not data["cases"]:
+        fail("cases", "expected a non-empty list of {name, model, mem_limit, micro_batches}")
+    for i, c in enumerate(data["cases"]):
+        f = f"cases[{i}]"
+        if not isinstance(c, dict):
+            fail(f, "expected a mapping {name, model, mem_limit, micro_batches, ranks}")
+        for k in c:
+            if k not in _CASE:
+                fail(f"{f}.{k}", f"unknown key; expected some of {', '.join(sorted(_CASE))}")
+        for k in ("name", "model", "mem_limit", "micro_batches"):
+            if k not in c:
+                fail(f"{f}.{k}", "missing required key")
+        name = c["name"]
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name in names:
+            fail(f"{f}.name", f"expected a new name of letters, digits, '-', '_', '.', got {name!r}")
+        names.add(name)
+        mbs = c["micro_batches"]
+        if not isinstance(mbs, list) or not mbs or not all(_whole(m, 1) for m in mbs):
+            fail(f"{f}.micro_batches", f"expected a non-empty list of positive whole numbers, got {mbs!r}")
+        ranks = c.get("ranks", 2)
+        if not _whole(ranks, 1):
+            fail(f"{f}.ranks", f"expected a positive whole number, got {ranks!r}")
+        seq = c.get("seq_len")
+        if seq is not None and not _whole(seq, 1):
+            fail(f"{f}.seq_len", f"expected a positive whole number, got {seq!r}")
+        if not isinstance(c["mem_limit"], str):
+            fail(f"{f}.mem_limit", f"expected a size such as 260MiB, got {c['mem_limit']!r}")
+        limit = parse_bytes(c["mem_limit"], field=f"{f}.mem_limit")
+        cases.append(DecisionCase(name, str(c["model"]), limit, tuple(sorted(mbs)), ranks, seq))
+
+    def count(key, default, lo=1, src=data, where=""):
+        v = src.get(key, default)
+        if v is None and key == "threads":
+            return None
+        if not _whole(v, lo):
+            fail(where + key, f"expected a whole number >= {lo}, got {v!r}")
+        return v
+
+    def seconds(key, default):
+        v = data.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e7:
+            fail(key, f"expected a positive number of seconds, got {v!r}")
+        return float(v)
+
+    run_s = data.get("run_seconds") or {}
+    if not isinstance(run_s, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                              and v > 0 for v in run_s.values()):
+        fail("run_seconds", "expected a mapping model -> seconds of one run")
+    bases = data.get("baselines", list(BASELINES))
+    if not isinstance(bases, list) or not bases or any(b not in BASELINES for b in bases):
+        fail("baselines", f"expected a non-empty list of {', '.join(BASELINES)}, got {bases!r}")
+    precision = data.get("precision", "bf16")
+    if precision not in ("fp32", "bf16"):
+        fail("precision", f"expected fp32 or bf16, got {precision!r}")
+    return DecisionsConfig(
+        name=str(data["name"]), source=str(path), out_dir=Path(str(data["out_dir"])),
+        run_hardware=str(data["run_hardware"]), profiles=dict(profiles), cases=tuple(cases),
+        repeats=count("repeats", 3), warmup=count("warmup", 2, lo=0), iters=count("iters", 6),
+        threads=count("threads", 1), top_n=count("top_n", 6),
+        tune_candidates=count("candidates", 3, src=tune, where="tune."),
+        tune_baselines=count("baselines", 2, lo=0, src=tune, where="tune."),
+        time_limit_s=seconds("time_limit_s", 2400), run_timeout_s=seconds("run_timeout_s", 300),
+        search_time_limit_s=seconds("search_time_limit_s", 30), precision=precision,
+        run_seconds={str(k): float(v) for k, v in run_s.items()}, baselines=tuple(bases))
+
+
+def _whole(v, lo: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= 2**31 - 1
+
+
+def load_profile_ref(ref: str, *, source: str = "<decisions>", field: str = "profiles"):
+    """A profile from a file, a shipped name, or REV:PATH: the file as committed at git revision
+    REV (`git show REV:PATH`), so a profile that has been overwritten since is still the one used.
+    Returns (profile, sha256 of its text)."""
+    from osdp_sim.hardware.load import load_profile, resolve_profile_path
+    if ":" in ref and not Path(ref).exists():
+        rev, path = ref.split(":", 1)
+        try:
+            text = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True,
+                                  check=True).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            msg = getattr(e, "stderr", "") or str(e)
+            raise UserError(f"git show {ref} failed: {msg.strip().splitlines()[-1] if msg.strip() else e}",
+                            source=source, field=field) from None
+        with tempfile.TemporaryDirectory(prefix="osdp-sim-decisions-") as tmp:
+            p = Path(tmp) / Path(path).name
+            p.write_text(text)
+            hw = load_profile(p)
+        return hw, hashlib.sha256(text.encode()).hexdigest()
+    try:
+        path = resolve_profile_path(ref)
+    except UserError as e:
+        raise UserError(str(e).split(": ", 1)[-1], source=source, field=field) from None
+    return load_profile(path), hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------- distinct plans
+
+_BLOCK = re.compile(r"block(\d+)\.(.+)")
+
+
+def plan_key(plan: Plan) -> str:
+    """Identity of a plan: its JSON form (two plans with one key are the same run)."""
+    return json.dumps(plan_to_dict(plan), sort_keys=True)
+
+
+def plan_signature(plan: Plan) -> tuple:
+    """Equal for plans that differ only by a permutation of blocks (module docstring)."""
+    blocks: dict[int, list] = {}
+    other = []
+    for k, ch in sorted(plan.choices.items()):
+        m = _BLOCK.fullmatch(k)
+        if m:
+            blocks.setdefault(int(m.group(1)), []).append((m.group(2), ch.label()))
+        else:
+            other.append((k, ch.label()))
+    per_block = Counter((tuple(sorted(blocks.get(i, []))), bool(ck)) for i, ck in enumerate(plan.checkpoint))
+    return (plan.micro_batch, plan.grad_accum, plan.shard_size, plan.precision, plan.optimizer,
+            tuple(other), tuple(sorted(per_block.items())))
+
+
+def describe(plan: Plan) -> str:
+    """Short text: micro-batch, checkpointed blocks, root choice, strategy counts of the groups."""
+    n = len(plan.checkpoint)
+    ck = sum(plan.checkpoint)
+    root = plan.choices.get("root")
+    counts = Counter(ch.label() for k, ch in plan.choices.items() if k != "root")
+    mix = ", ".join(f"{v}x {s}" if len(counts) > 1 else s for s, v in counts.most_common())
+    return (f"mb {plan.micro_batch}" + (f" x{plan.grad_accum}" if plan.grad_accum > 1 else "")
+            + f", ckpt {ck}/{n}, {mix}" + (f", root {root.label()}" if root else ""))
+
+
+def top_distinct(spec, hw, limit_bytes: float, space, n: int, *, time_limit_s: float | None = 30.0,
+                 max_k: int = 640):
+    """The search's N best distinct plans (by plan_signature), best first, with their estimates:
+    the top-k search with k raised (x4) until N distinct ones are among them, the space has no
+    more, k reaches max_k or the time is up. Returns (search pick result, [(plan, estimate)])."""
+    from osdp_sim.planner.bnb import search
+    t0 = time.monotonic()
+    k = max(8, 4 * n)
+    first = None
+    while True:
+        left = None if time_limit_s is None else max(1.0, time_limit_s - (time.monotonic() - t0))
+        res = search(spec, hw, limit_bytes, space, top_k=k, time_limit_s=left)
+        first = first or res
+        seen, out = set(), []
+        for plan, est in res.top:
+            sig = plan_signature(plan)
+            if sig not in seen:
+                seen.add(sig)
+                out.append((plan, est))
+        spent = time.monotonic() - t0
+        if (len(out) >= n or len(res.top) < k or k >= max_k
+                or (time_limit_s is not None and spent > time_limit_s / 2)):
+            return res, out[:n]
+        k *= 4
+
+
+# ---------------------------------------------------------------- the reference set
+
+@dataclass
+class ProfileChoices:
+    """What one profile picks in one case (plan keys into CaseReference.plans)."""
+
+    search_pick: str
+    """The search's plan (its top 1)."""
+    top: list[str]
+    """The top-N distinct plans, best first (the pick first)."""
+    baselines: dict[str, str]
+    """Baseline name (ddp, zero3_per_block, ...) -> plan, the feasible ones."""
+    tune: list[tuple[str, str]]
+    """The tune's candidates under this profile: (label, plan key)."""
+    predicted_samples_per_s: dict[str, float]
+    """Plan key -> this profile's predicted samples/s, for every plan of the reference set."""
+
+
+@dataclass
+class CaseReference:
+    """A case's reference set and each profile's choices (out_dir/<case>/reference.json)."""
+
+    case: str
+    key: dict
+    """What the set was made from (model, limit, micro-batches, profile hashes, N, tune K/B)."""
+    plans: dict[str, Plan]
+    """Plan key -> plan, every plan to measure."""
+    labels: dict[str, list[str]]
+    """Plan key -> why it is in the set ('before: search pick', 'after: zero3', ...)."""
+    profiles: dict[str, ProfileChoices]
+
+    def to_json(self) -> dict:
+        return {"case": self.case, "key": self.key,
+                "plans": [{"key": k, "labels": self.labels[k], "plan": plan_to_dict(p)}
+                          for k, p in self.plans.items()],
+                "profiles": {n: {"search_pick": c.search_pick, "top": c.top, "baselines": c.baselines,
+                                 "tune": [list(t) for t in c.tune],
+                                 "predicted_samples_per_s": c.predicted_samples_per_s}
+                             for n, c in self.profiles.items()}}
+
+    @staticmethod
+    def from_json(data: dict, source: str) -> "CaseReference":
+        try:
+            plans, labels = {}, {}
+            for p in data["plans"]:
+                plans[p["key"]] = plan_from_dict(p["plan"])
+                labels[p["key"]] = list(p["labels"])
+            profiles = {n: ProfileChoices(c["search_pick"], list(c["top"]), dict(c["baselines"]),
+                                          [tuple(t) for t in c["tune"]],
+                                          {k: float(v) for k, v in c["predicted_samples_per_s"].items()})
+                        for n, c in data["profiles"].items()}
+            return CaseReference(data["case"], data["key"], plans, labels, profiles)
+        except (KeyError, TypeError, ValueError) as e:
+            raise UserError(f"unreadable reference set ({e}); delete it to make it again",
+                            source=source, field="plans") from None
+
+
+def case_space(cfg: DecisionsConfig, case: DecisionCase):
+    from osdp_sim.planner.space import SearchSpace
+    return SearchSpace(micro_batches=case.micro_batches, precision=cfg.precision, devices=case.ranks)
+
+
+def case_spec(case: DecisionCase):
+    from osdp_sim.model.load import load_model
+    extra = {} if case.seq_len is None else {"seq_len": case.seq_len}
+    return load_model(case.model, notes=[], **extra)
+
+
+def build_reference(cfg: DecisionsConfig, case: DecisionCase, profiles: dict, hashes: dict,
+                    log=sys.stderr) -> CaseReference:
+    """The reference set of `case` under every profile of `profiles` (name -> HardwareProfile)."""
+    from osdp_sim.calibrate.tune import choose_candidates
+    from osdp_sim.costmodel import estimate
+    from osdp_sim.planner.baselines import PER_BLOCK, UNIFORM, per_block_baselines, uniform_baselines
+    spec, space = case_spec(case), case_space(cfg, case)
+    plans: dict[str, Plan] = {}
+    labels: dict[str, list[str]] = {}
+
+    def add(plan: Plan, label: str) -> str:
+        k = plan_key(plan)
+        plans.setdefault(k, plan)
+        if label not in labels.setdefault(k, []):
+            labels[k].append(label)
+        return k
+
+    chosen = {}
+    for name, hw0 in profiles.items():
+        hw = hw0 if hw0.device.count == case.ranks else hw0.with_devices(case.ranks)
+        res, top = top_distinct(spec, hw, case.mem_limit_bytes, space, cfg.top_n,
+                                time_limit_s=cfg.search_time_limit_s)
+        if res.plan is None:
+            raise UserError(f"no plan fits under profile {name} ({res.status})", source=cfg.source,
+                            field=f"cases[{cfg.cases.index(case)}].mem_limit")
+        pick = add(res.plan, f"{name}: search pick")
+        top_keys = [pick] + [add(p, f"{name}: top {i + 1}") for i, (p, _e) in enumerate(top) if i > 0]
+        uni = [s for s in cfg.baselines if s in UNIFORM]
+        per = [s for s in UNIFORM if PER_BLOCK[s] in cfg.baselines]
+        found = uniform_baselines(spec, hw, case.mem_limit_bytes, space, uni) if uni else {}
+        if per:
+            found.update(per_block_baselines(spec, hw, case.mem_limit_bytes, space, per,
+                                             deadline=time.perf_counter() + 3 * cfg.search_time_limit_s))
+        base = {b.name: add(b.plan, f"{name}: {b.name}") for b in found.values() if b.feasible}
+        cands = choose_candidates(spec, hw, case.mem_limit_bytes, space, k=cfg.tune_candidates,
+                                  baselines=cfg.tune_baselines, time_limit_s=cfg.search_time_limit_s)
+        tune = [(c.label, add(c.plan, f"{name}: tune {c.label}")) for c in cands]
+        chosen[name] = (hw, pick, top_keys, base, tune)
+        _say(log, f"decisions: {case.name} under {name}: search pick {describe(res.plan)}, "
+                  f"{len(top)} distinct top plans, {len(base)} baselines, {len(tune)} tune candidates")
+    out = {}
+    for name, (hw, pick, top_keys, base, tune) in chosen.items():
+        pred = {k: estimate(spec, hw, p).samples_per_s for k, p in plans.items()}
+        out[name] = ProfileChoices(pick, top_keys, base, tune, pred)
+    return CaseReference(case.name, reference_key(cfg, case, hashes), plans, labels, out)
+
+
+def reference_key(cfg: DecisionsConfig, case: DecisionCase, hashes: dict) -> dict:
+    return {"model": case.model, "seq_len": case.seq_len, "mem_limit_bytes": case.mem_limit_bytes,
+            "micro_batches": list(case.micro_batches), "ranks": case.ranks, "precision": cfg.precision,
+            "profiles": dict(hashes), "top_n": cfg.top_n, "baselines": list(cfg.baselines),
+            "tune": [cfg.tune_candidates, cfg.tune_baselines]}
+
+
+def reference_path(cfg: DecisionsConfig, case: DecisionCase) -> Path:
+    return cfg.out_dir / case.name / "reference.json"
+
+
+def read_reference(cfg: DecisionsConfig, case: DecisionCase) -> CaseReference | None:
+    path = reference_path(cfg, case)
+    if not path.is_file():
+        return None
+    from osdp_sim.fileio import read_json
+    return CaseReference.from_json(read_json(path, "reference set"), str(path))
+
+
+def references(cfg: DecisionsConfig, *, log=sys.stderr, rebuild: bool = True) -> list[CaseReference]:
+    """Every case's reference set: read back from out_dir/<case>/reference.json when made from the
+    same inputs (the profiles' texts included), else made again and written (rebuild=False:
+    refuse instead)."""
+    profiles, hashes = {}, {}
+    for name, ref in cfg.profiles.items():
+        profiles[name], hashes[name] = load_profile_ref(ref, source=cfg.source, field=f"profiles.{name}")
+    out = []
+    for case in cfg.cases:
+        have = read_reference(cfg, case)
+        if have is not None and have.key == reference_key(cfg, case, hashes):
+            out.append(have)
+            continue
+        if not rebuild:
+            raise UserError("no reference set made from these inputs; run without --report-only first",
+                            source=str(reference_path(cfg, case)), field="key")
+        _say(log, f"decisions: {case.name}: making the reference set" +
+             (" again (the case or a profile changed)" if have is not None else ""))
+        r = build_reference(cfg, case, profiles, hashes, log=log)
+        reference_path(cfg, case).parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(reference_path(cfg, case), r.to_json())
+        out.append(r)
+    return out
+
+
+# ---------------------------------------------------------------- runs
+
+def campaign_of(cfg: DecisionsConfig):
+    from osdp_sim.calibrate.campaign import Campaign
+    return Campaign(name=cfg.name, source=cfg.source, hardware=cfg.run_hardware, device="cpu",
+                    records_dir=cfg.out_dir / "records", backend="fsdp2", warmup=cfg.warmup,
+                    iters=cfg.iters, threads=cfg.threads, seed=0, timeout_s=cfg.run_timeout_s, runs=())
+
+
+def jobs_for(cfg: DecisionsConfig, refs: list[CaseReference]) -> dict[tuple[str, int], "object"]:
+    """(plan key, repeat) -> Job, ordered repeat-major over every case (repeat 1 of every plan,
+    then repeat 2, ...). A plan in two cases (same model) is one job: its records serve both."""
+    from osdp_sim.calibrate.campaign import Job, expected_record_name
+    from osdp_sim.runtime.launch import available_cores
+    c = campaign_of(cfg)
+    jobs = {}
+    for r in range(cfg.repeats):
+        for ref in refs:
+            for i, (k, plan) in enumerate(ref.plans.items()):
+                if (k, r) in jobs:
+                    continue
+                n = plan.devices
+                threads = c.threads or max(1, available_cores() // n)
+                impl = plan.model.implementation
+                name = expected_record_name(plan, backend=c.backend, device=c.device, world=n, threads=threads,
+                                            warmup=c.warmup, iters=c.iters, seed=c.seed + r, impl=impl)
+                folder = re.sub(r"[^A-Za-z0-9_.-]", "_", plan.model.name)
+                label = f"{ref.case}: {ref.labels[k][0]}" + (f" (repeat {r + 1}/{cfg.repeats})"
+                                                             if cfg.repeats > 1 else "")
+                jobs[(k, r)] = Job(model=plan.model.name, nproc=n, plan=plan, seed=c.seed + r, repeat=r,
+                                   record_path=c.records_dir / folder / f"n{n}" / name, label=label,
+                                   field=f"{ref.case}.plans[{i}]", impl=impl)
+    return jobs
+
+
+def estimate_seconds(cfg: DecisionsConfig, jobs: list) -> float:
+    return sum(cfg.run_seconds.get(j.model, DEFAULT_RUN_S) for j in jobs)
+
+
+@dataclass(frozen=True)
+class PlanMeasurement:
+    """A reference plan after its runs."""
+
+    status: str
+    """ok (at least one repeat ok), else the last record's status, or 'not run'."""
+    samples_per_s: float | None
+    """Median over the ok repeats of global batch / median step time."""
+    repeats_ok: int
+    repeats_recorded: int
+
+
+def measure(jobs: dict, repeats: int) -> dict[str, PlanMeasurement]:
+    """Plan key -> its measurement, from the records on disk."""
+    from osdp_sim.calibrate.campaign import recorded_status
+    from osdp_sim.records import load_record
+    out = {}
+    keys = dict.fromkeys(k for k, _r in jobs)
+    for k in keys:
+        sps, last, n = [], "not run", 0
+        for r in range(repeats):
+            j = jobs.get((k, r))
+            if j is None or recorded_status(j.record_path) is None:
+                continue
+            rec = load_record(j.record_path)
+            n += 1
+            last = rec.status
+            if rec.ok:
+                sps.append(j.plan.global_batch / rec.data["measured"]["iteration_time_s"]["median"])
+        out[k] = PlanMeasurement("ok" if sps else last, statistics.median(sps) if sps else None, len(sps), n)
+    return out
+
+
+# ---------------------------------------------------------------- figures
+
+@dataclass(frozen=True)
+class DecisionFigures:
+    """One profile's decisions in one case, judged on the measurements."""
+
+    case: str
+    profile: str
+    complete: bool
+    """Every reference plan has all its repeats recorded (else the figures are provisional)."""
+    search_pick: str
+    """describe() of the search's pick."""
+    predicted_gain: float
+    """pred(pick) / pred(best baseline) - 1, both predicted by this profile, over its feasible baselines."""
+    measured_gain: float | None
+    """meas(pick) / meas(best baseline) - 1, over every baseline of the reference set that ran ok."""
+    search_loss: float | None
+    """1 - meas(pick) / meas(best): 0 when the pick is the measured best."""
+    tune_pick: str | None
+    """Label of the tune's candidate (under this profile) measured fastest."""
+    tune_loss: float | None
+    """1 - meas(tune pick) / meas(best)."""
+    best: str | None
+    """describe() of the measured best plan of the reference set, with its first label."""
+    best_samples_per_s: float | None
+    measured_plans: int
+    """Reference plans that ran ok."""
+    reference_plans: int
+
+    @property
+    def search_is_best(self) -> bool:
+        return self.search_loss == 0.0
+
+    @property
+    def tune_is_best(self) -> bool:
+        return self.tune_loss == 0.0
+
+    @property
+    def gain_error_points(self) -> float | None:
+        """|predicted - measured gain| in percentage points."""
+        if self.measured_gain is None:
+            return None
+        return abs(self.predicted_gain - self.measured_gain) * 100
+
+
+def figures(ref: CaseReference, meas: dict[str, PlanMeasurement], repeats: int) -> list[DecisionFigures]:
+    ok = {k: m.samples_per_s for k, m in meas.items() if k in ref.plans and m.status == "ok"}
+    complete = all(meas.get(k) is not None and meas[k].repeats_recorded == repeats for k in ref.plans)
+    best_k = max(ok, key=ok.get) if ok else None
+    best_sps = ok[best_k] if best_k else None
+    all_base = {k for c in ref.profiles.values() for k in c.baselines.values()}
+    base_meas = [ok[k] for k in all_base if k in ok]
+    out = []
+    for name, c in ref.profiles.items():
+        pred = c.predicted_samples_per_s
+        pred_base = max((pred[k] for k in c.baselines.values()), default=None)
+        pick_sps = ok.get(c.search_pick)
+        tune_ok = [(lab, k) for lab, k in c.tune if k in ok]
+        tune_lab, tune_k = max(tune_ok, key=lambda t: ok[t[1]]) if tune_ok else (None, None)
+        out.append(DecisionFigures(
+            case=ref.case, profile=name, complete=complete,
+            search_pick=describe(ref.plans[c.search_pick]),
+            predicted_gain=pred[c.search_pick] / pred_base - 1 if pred_base else 0.0,
+            measured_gain=pick_sps / max(base_meas) - 1 if pick_sps and base_meas else None,
+            search_loss=_loss(pick_sps, best_sps), tune_pick=tune_lab,
+            tune_loss=_loss(ok.get(tune_k), best_sps),
+            best=None if best_k is None else f"{ref.labels[best_k][0]} ({describe(ref.plans[best_k])})",
+            best_samples_per_s=best_sps, measured_plans=len(ok), reference_plans=len(ref.plans)))
+    return out
+
+
+def _loss(sps: float | None, best: float | None) -> float | None:
+    if sps is None or not best:
+        return None
+    return max(0.0, 1.0 - sps / best)
+
+
+@dataclass(frozen=True)
+class DecisionSummary:
+    """One profile over the complete cases."""
+
+    profile: str
+    cases: int
+    """Complete cases counted."""
+    search_best: int
+    """Cases whose search pick is the measured best."""
+    search_within: int
+    """... within WITHIN of it."""
+    search_worst_loss: float | None
+    tune_best: int
+    tune_within: int
+    tune_worst_loss: float | None
+    mean_gain_error_points: float | None
+    """Mean |predicted - measured gain| in percentage points."""
+    gains_within_5_points: int
+
+
+def summarize(figs: list[DecisionFigures]) -> list[DecisionSummary]:
+    out = []
+    for prof in dict.fromkeys(f.profile for f in figs):
+        fs = [f for f in figs if f.profile == prof and f.complete and f.search_loss is not None]
+        sl = [f.search_loss for f in fs]
+        tl = [f.tune_loss for f in fs if f.tune_loss is not None]
+        ge = [f.gain_error_points for f in fs if f.gain_error_points is not None]
+        out.append(DecisionSummary(
+            prof, len(fs), sum(l == 0.0 for l in sl), sum(l <= WITHIN for l in sl), max(sl, default=None),
+            sum(l == 0.0 for l in tl), sum(l <= WITHIN for l in tl), max(tl, default=None),
+            statistics.fmean(ge) if ge else None, sum(e <= 5.0 for e in ge)))
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+SECTION = "## Decisions"
+
+
+def _pct(v: float | None, signed: bool = True) -> str:
+    if v is None:
+        return "-"
+    return f"{v:+.1%}" if signed else f"{v:.1%}"
+
+
+def format_section(cfg: DecisionsConfig, figs: list[DecisionFigures], summary: list[DecisionSummary],
+                   command: str, note: str = "") -> str:
+    lines = [SECTION, "",
+             "How often the search's pick and the tune's pick are the fastest plan measured (issue 15). Per "
+             "(model, memory limit) case a **reference set** is run for real: the union over the "
+             "profiles below of the search's top-N *distinct* plans, every feasible baseline (uniform "
+             "DDP / ZeRO-2 / ZeRO-3 with checkpointing all or none, and each with per-block "
+             "checkpointing) and the tune's candidates (`osdp-sim tune`'s choose_candidates). "
+             "*Distinct*: plans that differ only by a permutation of identical blocks are one plan; "
+             "they must differ in micro-batch, accumulation, the root's choice, or the multiset of "
+             "per-block (strategy, checkpointed) choices (osdp_sim/calibrate/decisions.py "
+             "`plan_signature`). Identical plans are run once. Every plan runs "
+             f"{cfg.repeats} times ({cfg.warmup} warmup + {cfg.iters} timed steps, 2 gloo ranks x "
+             f"{cfg.threads or 'cores/ranks'} thread), interleaved (repeat 1 of every plan, then repeat "
+             "2, ...), with `--wait-idle`; its figure is the median samples/s of the ok repeats. The "
+             "**measured best** is the fastest plan of the set.",
+             "",
+             "Per profile: the *search pick* is its search's plan; *predicted gain* = its predicted "
+             "samples/s over the best baseline's predicted by the same profile, minus 1; *measured gain* "
+             "= its measured samples/s over the best measured baseline, minus 1; *loss* = 1 - measured "
+             "/ measured best. The *tune pick* is the tune procedure on these measurements: that "
+             "profile's tune candidates, the measured fastest of them. Targets (issue 15): tune pick "
+             f"within {WITHIN:.0%} of the measured best in every case; search pick within {WITHIN:.0%} in "
+             "at least 7 of 8 after the model fix; predicted gain within 5 points of the measured one.",
+             "", "Regenerate (runs only what is not recorded; `--report-only` rebuilds this section from "
+             "the records, `--dry-run` prints the reference sets and the time estimate):", "",
+             f"    {command}", ""]
+    if note:
+        lines += [note, ""]
+    lines += ["| case | profile | search pick | predicted gain | measured gain | search loss | tune pick | "
+              "tune loss | measured best | plans ok |", "|---|---|---|---:|---:|---:|---|---:|---|---:|"]
+    for f in figs:
+        mark = "" if f.complete else " (partial)"
+        lines.append(f"| {f.case}{mark} | {f.profile} | {f.search_pick} | {_pct(f.predicted_gain)} | "
+                     f"{_pct(f.measured_gain)} | {_pct(f.search_loss, False)} | {f.tune_pick or '-'} | "
+                     f"{_pct(f.tune_loss, False)} | {f.best or '-'}"
+                     + (f", {f.best_samples_per_s:.3f} samples/s" if f.best_samples_per_s else "")
+                     + f" | {f.measured_plans}/{f.reference_plans} |")
+    lines += ["", "| profile | cases | search pick best | within 3% | worst loss | tune pick best | within 3% | "
+              "worst loss | mean abs(pred - meas gain) | gains within 5 pts |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in summary:
+        lines.append(f"| {s.profile} | {s.cases} | {s.search_best} | {s.search_within} | "
+                     f"{_pct(s.search_worst_loss, False)} | {s.tune_best} | {s.tune_within} | "
+                     f"{_pct(s.tune_worst_loss, False)} | "
+                     + ("-" if s.mean_gain_error_points is None else f"{s.mean_gain_error_points:.1f} pts")
+                     + f" | {s.gains_within_5_points} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def replace_section(doc: str, section: str) -> str:
+    """doc with its "## Decisions" section (to the next heading of level 1 or 2) replaced by
+    `section`; without one, `section` goes before the second level-1 heading (the generated
+    calibration report), or at the end."""
+    lines = doc.splitlines(keepends=True)
+    body = section if section.endswith("\n") else section + "\n"
+
+    def heading(l):
+        return l.startswith("# ") or l.startswith("## ")
+
+    start = next((i for i, l in enumerate(lines) if l.rstrip("\n") == SECTION), None)
+    if start is None:
+        tops = [i for i, l in enumerate(lines) if l.startswith("# ")]
+        at = tops[1] if len(tops) > 1 else len(lines)
+        before = "".join(lines[:at])
+        sep = "" if before.endswith("\n\n") or not before else ("\n" if before.endswith("\n") else "\n\n")
+        return before + sep + body + ("\n" if at < len(lines) else "") + "".join(lines[at:])
+    end = next((i for i in range(start + 1, len(lines)) if heading(lines[i])), len(lines))
+    return "".join(lines[:start]) + body + ("\n" if end < len(lines) else "") + "".join(lines[end:])
+
+
+def format_details(refs: list[CaseReference], meas: dict[str, PlanMeasurement]) -> str:
+    """Every reference plan of every case: labels, each profile's prediction, the measurement."""
+    out = ["# Decisions: every reference plan", ""]
+    for ref in refs:
+        profs = list(ref.profiles)
+        out += [f"## {ref.case}", "",
+                "| plan | in the set as | " + " | ".join(f"predicted ({p})" for p in profs)
+                + " | measured samples/s | status |",
+                "|---|---|" + "---:|" * len(profs) + "---:|---|"]
+        rows = sorted(ref.plans, key=lambda k: -(meas[k].samples_per_s or 0) if k in meas else 0)
+        for k in rows:
+            m = meas.get(k)
+            out.append(f"| {describe(ref.plans[k])} | {'; '.join(ref.labels[k])} | "
+                       + " | ".join(f"{ref.profiles[p].predicted_samples_per_s[k]:.3f}" for p in profs)
+                       + f" | {'-' if not m or m.samples_per_s is None else f'{m.samples_per_s:.3f}'} | "
+                       f"{m.status if m else 'not run'}" + (f" ({m.repeats_ok}/{m.repeats_recorded} ok)" if m else "")
+                       + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _say(log, msg: str) -> None:
+    if log:
+        print(msg, file=log, flush=True)
+
+
+def results_json(figs: list[DecisionFigures], summary: list[DecisionSummary]) -> dict:
+    from dataclasses import asdict
+    from osdp_sim.jsonformat import stamped
+    return stamped("decisions", {"cases": [asdict(f) for f in figs], "summary": [asdict(s) for s in summary]})
+
