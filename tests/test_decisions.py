@@ -36,7 +36,7 @@ def test_permuted_blocks_are_one_plan_and_other_differences_are_not():
     assert d.plan_signature(a) != d.plan_signature(c)       # which block is checkpointed with the zero2 MLP
     assert d.plan_signature(a) != d.plan_signature(replace(a, micro_batch=3))
     assert d.plan_signature(a) != d.plan_signature(replace(a, choices={**a.choices, "root": GroupChoice("zero2")}))
-    assert d.describe(a) == "mb 2, ckpt 1/4, 7x zero3, 1x zero2, root zero3"
+    assert d.describe(a) == "mb 2, ckpt 1/4, attn zero3, mlp 3x zero3 1x zero2, root zero3"
 
 
 def test_top_distinct_has_no_two_permutations():
@@ -111,7 +111,7 @@ def test_figures_are_computed_from_the_records(tmp_path):
     assert s_after.mean_gain_error_points == pytest.approx(abs(0.25 - (8 / 9 - 1)) * 100)
     assert s_before.mean_gain_error_points == pytest.approx(abs(11 / 12 - 1) * 100)
     text = d.format_section(cfg, [before, after], [s_before, s_after], "python validate/decisions.py X")
-    assert "| c | after | mb 2, ckpt 4/4, zero3, root zero3 | +25.0% | -11.1% | 11.1% | zero2 | 0.0% |" in text
+    assert "| c | after | mb 2, ckpt 4/4, attn zero3, mlp zero3, root zero3 | +25.0% | -11.1% | 11.1% | zero2 | 0.0% |" in text
     assert "| after | 1 | 0 | 0 | 11.1% | 1 | 1 | 0.0% | 36.1 pts | 0 |" in text
     # one repeat missing: provisional, not counted
     next(j for (k, r), j in jobs.items() if k == k2 and r == 1).record_path.unlink()

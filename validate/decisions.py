@@ -77,7 +77,14 @@ def main(argv=None) -> int:
     figs = [f for r in refs for f in d.figures(r, meas, cfg.repeats)]
     summ = d.summarize(figs)
     command = f"python validate/decisions.py {args.cases} --wait-idle"
-    section = d.format_section(cfg, figs, summ, command)
+    done = {f.case for f in figs if f.complete}
+    note = ""
+    if len(done) < len(cfg.cases):
+        recorded = len(jobs) - len(pending(list(jobs.values())))
+        note = (f"**Not complete:** {len(done)} of {len(cfg.cases)} cases fully measured ({recorded} of "
+                f"{len(jobs)} runs recorded); rows marked (partial) are provisional and the summary counts "
+                "complete cases only. Run the command above on an idle machine to finish.")
+    section = d.format_section(cfg, figs, summ, command, note)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(cfg.out_dir / "decisions.json", d.results_json(figs, summ))
     (cfg.out_dir / "report.md").write_text(d.format_details(refs, meas))

@@ -247,14 +247,21 @@ def plan_signature(plan: Plan) -> tuple:
 
 
 def describe(plan: Plan) -> str:
-    """Short text: micro-batch, checkpointed blocks, root choice, strategy counts of the groups."""
+    """Short text: micro-batch, checkpointed blocks, the strategy counts of each kind of block group
+    (attn, mlp, ...), the root's choice."""
     n = len(plan.checkpoint)
-    ck = sum(plan.checkpoint)
-    root = plan.choices.get("root")
-    counts = Counter(ch.label() for k, ch in plan.choices.items() if k != "root")
-    mix = ", ".join(f"{v}x {s}" if len(counts) > 1 else s for s, v in counts.most_common())
-    return (f"mb {plan.micro_batch}" + (f" x{plan.grad_accum}" if plan.grad_accum > 1 else "")
-            + f", ckpt {ck}/{n}, {mix}" + (f", root {root.label()}" if root else ""))
+    kinds: dict[str, Counter] = {}
+    other = []
+    for k, ch in sorted(plan.choices.items()):
+        m = _BLOCK.fullmatch(k)
+        if m:
+            kinds.setdefault(m.group(2), Counter())[ch.label()] += 1
+        else:
+            other.append(f"{k} {ch.label()}")
+    parts = [f"{kind} " + " ".join(f"{v}x {s}" if len(c) > 1 else s for s, v in c.most_common())
+             for kind, c in kinds.items()]
+    return ", ".join([f"mb {plan.micro_batch}" + (f" x{plan.grad_accum}" if plan.grad_accum > 1 else ""),
+                      f"ckpt {sum(plan.checkpoint)}/{n}"] + parts + other)
 
 
 def top_distinct(spec, hw, limit_bytes: float, space, n: int, *, time_limit_s: float | None = 30.0,
