@@ -196,3 +196,26 @@ def test_a_real_campaign_runs_reports_and_resumes(tmp_path):
     assert "2 recorded, 0 to run" in again.stdout and doc.read_text() == text
     only = _script(f, "--report-only", "--doc", doc)
     assert only.returncode == 0 and doc.read_text() == text
+
+
+def test_a_profile_added_later_keeps_the_choices_already_made(tmp_path, monkeypatch):
+    case = d.DecisionCase("c", "gpt2-tiny", 100 * 2**20, (2, 4))
+    cfg = _cfg(tmp_path, cases=(case,), top_n=2, baselines=("zero3", "zero2"), tune_candidates=1, tune_baselines=1,
+               profiles={"before": f"HEAD:{HW}"})
+    calls = []
+    real = d.add_profile
+    monkeypatch.setattr(d, "add_profile", lambda *a, **k: (calls.append(a[3]), real(*a, **k)))
+    monkeypatch.chdir(ROOT)
+    (first,) = d.references(cfg, log=None)
+    assert calls == ["before"] and d.plan_key(first.plans[first.profiles["before"].search_pick]) in first.plans
+    (again,) = d.references(cfg, log=None)
+    assert calls == ["before"] and again.to_json() == first.to_json()
+    cfg2 = replace(cfg, profiles={"before": f"HEAD:{HW}", "after": str(ROOT / "hwprofiles" / "cpu-2core.yaml")})
+    (both,) = d.references(cfg2, log=None)
+    assert calls == ["before", "after"]
+    assert both.profiles["before"].search_pick == first.profiles["before"].search_pick
+    assert set(first.plans) <= set(both.plans)
+    (dropped,) = d.references(cfg, log=None)
+    assert calls == ["before", "after"] and dropped.to_json() == first.to_json()
+    with pytest.raises(UserError, match="--report-only"):
+        d.references(cfg2, log=None, rebuild=False)

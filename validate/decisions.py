@@ -63,7 +63,8 @@ def main(argv=None) -> int:
         for r in refs:
             print(f"\n{r.case}: {len(r.plans)} plans")
             for k, p in r.plans.items():
-                preds = ", ".join(f"{n} {c.predicted_samples_per_s[k]:.3f}" for n, c in r.profiles.items())
+                preds = ", ".join(f"{n} {c.predicted_samples_per_s[k]:.3f}" for n, c in r.profiles.items()
+                                  if k in c.predicted_samples_per_s)
                 print(f"  {d.describe(p)}  [{'; '.join(r.labels[k])}]  predicted samples/s: {preds}")
         return 0
     if not args.report_only and todo:

@@ -305,7 +305,12 @@ class ProfileChoices:
     tune: list[tuple[str, str]]
     """The tune's candidates under this profile: (label, plan key)."""
     predicted_samples_per_s: dict[str, float]
-    """Plan key -> this profile's predicted samples/s, for every plan of the reference set."""
+    """Plan key -> this profile's predicted samples/s, for the plans it chose (pick, top, baselines,
+    tune candidates), as predicted when it chose them."""
+    profile_sha: str = ""
+    """sha256 of the profile's text."""
+    profile_ref: str = ""
+    """The REV:PATH it was read from (a fixed text: not loaded again), else empty."""
 
 
 @dataclass
@@ -314,7 +319,7 @@ class CaseReference:
 
     case: str
     key: dict
-    """What the set was made from (model, limit, micro-batches, profile hashes, N, tune K/B)."""
+    """What the set was made from (model, limit, micro-batches, N, baselines, tune K/B)."""
     plans: dict[str, Plan]
     """Plan key -> plan, every plan to measure."""
     labels: dict[str, list[str]]
@@ -327,7 +332,8 @@ class CaseReference:
                           for k, p in self.plans.items()],
                 "profiles": {n: {"search_pick": c.search_pick, "top": c.top, "baselines": c.baselines,
                                  "tune": [list(t) for t in c.tune],
-                                 "predicted_samples_per_s": c.predicted_samples_per_s}
+                                 "predicted_samples_per_s": c.predicted_samples_per_s,
+                                 "profile_sha": c.profile_sha, "profile_ref": c.profile_ref}
                              for n, c in self.profiles.items()}}
 
     @staticmethod
@@ -339,7 +345,8 @@ class CaseReference:
                 labels[p["key"]] = list(p["labels"])
             profiles = {n: ProfileChoices(c["search_pick"], list(c["top"]), dict(c["baselines"]),
                                           [tuple(t) for t in c["tune"]],
-                                          {k: float(v) for k, v in c["predicted_samples_per_s"].items()})
+                                          {k: float(v) for k, v in c["predicted_samples_per_s"].items()},
+                                          str(c["profile_sha"]), str(c["profile_ref"]))
                         for n, c in data["profiles"].items()}
             return CaseReference(data["case"], data["key"], plans, labels, profiles)
         except (KeyError, TypeError, ValueError) as e:
@@ -358,57 +365,65 @@ def case_spec(case: DecisionCase):
     return load_model(case.model, notes=[], **extra)
 
 
-def build_reference(cfg: DecisionsConfig, case: DecisionCase, profiles: dict, hashes: dict,
-                    log=sys.stderr) -> CaseReference:
-    """The reference set of `case` under every profile of `profiles` (name -> HardwareProfile)."""
+def _fixed(ref: str) -> bool:
+    """REV:PATH with REV a commit hash: a text that cannot change."""
+    return ":" in ref and not Path(ref).exists() and bool(re.fullmatch(r"[0-9a-f]{7,40}", ref.split(":", 1)[0]))
+
+
+def add_profile(cfg: DecisionsConfig, case: DecisionCase, ref: CaseReference, name: str, hw0, sha: str,
+                log=sys.stderr) -> None:
+    """Put profile `name`'s choices in `case` (its search's top-N distinct plans, its baselines,
+    its tune candidates) into `ref`, with its predictions of those plans."""
     from osdp_sim.calibrate.tune import choose_candidates
-    from osdp_sim.costmodel import estimate
     from osdp_sim.planner.baselines import PER_BLOCK, UNIFORM, per_block_baselines, uniform_baselines
     spec, space = case_spec(case), case_space(cfg, case)
-    plans: dict[str, Plan] = {}
-    labels: dict[str, list[str]] = {}
+    hw = hw0 if hw0.device.count == case.ranks else hw0.with_devices(case.ranks)
+    pred: dict[str, float] = {}
 
-    def add(plan: Plan, label: str) -> str:
+    def add(plan: Plan, label: str, sps: float) -> str:
         k = plan_key(plan)
-        plans.setdefault(k, plan)
-        if label not in labels.setdefault(k, []):
-            labels[k].append(label)
+        ref.plans.setdefault(k, plan)
+        if label not in ref.labels.setdefault(k, []):
+            ref.labels[k].append(label)
+        pred[k] = sps
         return k
 
-    chosen = {}
-    for name, hw0 in profiles.items():
-        hw = hw0 if hw0.device.count == case.ranks else hw0.with_devices(case.ranks)
-        res, top = top_distinct(spec, hw, case.mem_limit_bytes, space, cfg.top_n,
-                                time_limit_s=cfg.search_time_limit_s)
-        if res.plan is None:
-            raise UserError(f"no plan fits under profile {name} ({res.status})", source=cfg.source,
-                            field=f"cases[{cfg.cases.index(case)}].mem_limit")
-        pick = add(res.plan, f"{name}: search pick")
-        top_keys = [pick] + [add(p, f"{name}: top {i + 1}") for i, (p, _e) in enumerate(top) if i > 0]
-        uni = [s for s in cfg.baselines if s in UNIFORM]
-        per = [s for s in UNIFORM if PER_BLOCK[s] in cfg.baselines]
-        found = uniform_baselines(spec, hw, case.mem_limit_bytes, space, uni) if uni else {}
-        if per:
-            found.update(per_block_baselines(spec, hw, case.mem_limit_bytes, space, per,
-                                             deadline=time.perf_counter() + 3 * cfg.search_time_limit_s))
-        base = {b.name: add(b.plan, f"{name}: {b.name}") for b in found.values() if b.feasible}
-        cands = choose_candidates(spec, hw, case.mem_limit_bytes, space, k=cfg.tune_candidates,
-                                  baselines=cfg.tune_baselines, time_limit_s=cfg.search_time_limit_s)
-        tune = [(c.label, add(c.plan, f"{name}: tune {c.label}")) for c in cands]
-        chosen[name] = (hw, pick, top_keys, base, tune)
-        _say(log, f"decisions: {case.name} under {name}: search pick {describe(res.plan)}, "
-                  f"{len(top)} distinct top plans, {len(base)} baselines, {len(tune)} tune candidates")
-    out = {}
-    for name, (hw, pick, top_keys, base, tune) in chosen.items():
-        pred = {k: estimate(spec, hw, p).samples_per_s for k, p in plans.items()}
-        out[name] = ProfileChoices(pick, top_keys, base, tune, pred)
-    return CaseReference(case.name, reference_key(cfg, case, hashes), plans, labels, out)
+    res, top = top_distinct(spec, hw, case.mem_limit_bytes, space, cfg.top_n,
+                            time_limit_s=cfg.search_time_limit_s)
+    if res.plan is None:
+        raise UserError(f"no plan fits under profile {name} ({res.status})", source=cfg.source,
+                        field=f"cases[{cfg.cases.index(case)}].mem_limit")
+    pick = add(res.plan, f"{name}: search pick", res.estimate.samples_per_s)
+    top_keys = [pick] + [add(p, f"{name}: top {i + 1}", e.samples_per_s) for i, (p, e) in enumerate(top) if i > 0]
+    uni = [s for s in cfg.baselines if s in UNIFORM]
+    per = [s for s in UNIFORM if PER_BLOCK[s] in cfg.baselines]
+    found = uniform_baselines(spec, hw, case.mem_limit_bytes, space, uni) if uni else {}
+    if per:
+        found.update(per_block_baselines(spec, hw, case.mem_limit_bytes, space, per,
+                                         deadline=time.perf_counter() + 3 * cfg.search_time_limit_s))
+    base = {b.name: add(b.plan, f"{name}: {b.name}", b.samples_per_s) for b in found.values() if b.feasible}
+    cands = choose_candidates(spec, hw, case.mem_limit_bytes, space, k=cfg.tune_candidates,
+                              baselines=cfg.tune_baselines, time_limit_s=cfg.search_time_limit_s)
+    tune = [(c.label, add(c.plan, f"{name}: tune {c.label}", c.predicted_samples_per_s)) for c in cands]
+    ref.profiles[name] = ProfileChoices(pick, top_keys, base, tune, pred, sha)
+    _say(log, f"decisions: {case.name} under {name}: search pick {describe(res.plan)}, "
+              f"{len(top)} distinct top plans, {len(base)} baselines, {len(tune)} tune candidates")
 
 
-def reference_key(cfg: DecisionsConfig, case: DecisionCase, hashes: dict) -> dict:
+def drop_profile(ref: CaseReference, name: str) -> None:
+    ref.profiles.pop(name, None)
+    for k in list(ref.plans):
+        ref.labels[k] = [l for l in ref.labels[k] if not l.startswith(f"{name}: ")]
+        if not ref.labels[k]:
+            del ref.labels[k], ref.plans[k]
+
+
+def reference_key(cfg: DecisionsConfig, case: DecisionCase) -> dict:
+    """What a case's reference set depends on besides the profiles (each profile's choices carry
+    the hash of its text)."""
     return {"model": case.model, "seq_len": case.seq_len, "mem_limit_bytes": case.mem_limit_bytes,
             "micro_batches": list(case.micro_batches), "ranks": case.ranks, "precision": cfg.precision,
-            "profiles": dict(hashes), "top_n": cfg.top_n, "baselines": list(cfg.baselines),
+            "top_n": cfg.top_n, "baselines": list(cfg.baselines),
             "tune": [cfg.tune_candidates, cfg.tune_baselines]}
 
 
@@ -425,27 +440,51 @@ def read_reference(cfg: DecisionsConfig, case: DecisionCase) -> CaseReference | 
 
 
 def references(cfg: DecisionsConfig, *, log=sys.stderr, rebuild: bool = True) -> list[CaseReference]:
-    """Every case's reference set: read back from out_dir/<case>/reference.json when made from the
-    same inputs (the profiles' texts included), else made again and written (rebuild=False:
-    refuse instead)."""
-    profiles, hashes = {}, {}
-    for name, ref in cfg.profiles.items():
-        profiles[name], hashes[name] = load_profile_ref(ref, source=cfg.source, field=f"profiles.{name}")
+    """Every case's reference set, kept in out_dir/<case>/reference.json. A profile's choices are
+    made once and read back while its text (sha256) and the case are unchanged, so the "before"
+    picks stay those of the code and profile that made them; a new or changed profile adds its
+    choices (rebuild=False: refuse instead), a profile no longer named is dropped. Profiles are
+    loaded only when their choices must be made."""
+    loaded: dict[str, tuple] = {}
+
+    def profile(name):
+        if name not in loaded:
+            loaded[name] = load_profile_ref(cfg.profiles[name], source=cfg.source, field=f"profiles.{name}")
+        return loaded[name]
+
     out = []
     for case in cfg.cases:
-        have = read_reference(cfg, case)
-        if have is not None and have.key == reference_key(cfg, case, hashes):
-            out.append(have)
-            continue
-        if not rebuild:
-            raise UserError("no reference set made from these inputs; run without --report-only first",
-                            source=str(reference_path(cfg, case)), field="key")
-        _say(log, f"decisions: {case.name}: making the reference set" +
-             (" again (the case or a profile changed)" if have is not None else ""))
-        r = build_reference(cfg, case, profiles, hashes, log=log)
-        reference_path(cfg, case).parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(reference_path(cfg, case), r.to_json())
-        out.append(r)
+        ref = read_reference(cfg, case)
+        key = reference_key(cfg, case)
+        if ref is None or ref.key != key:
+            ref = CaseReference(case.name, key, {}, {}, {})
+        changed = False
+        for name in list(ref.profiles):
+            if name not in cfg.profiles:
+                drop_profile(ref, name)
+                changed = True
+        for name in cfg.profiles:
+            have = ref.profiles.get(name)
+            ref_text = cfg.profiles[name]
+            if have is not None and have.profile_ref == ref_text:
+                continue                # a commit's file: fixed (a path or branch is re-hashed)
+            hw, sha = profile(name)
+            if have is not None and have.profile_sha == sha:
+                continue
+            if not rebuild:
+                raise UserError(f"no choices of profile {name} made from {ref_text}; run without "
+                                "--report-only first", source=str(reference_path(cfg, case)), field="profiles")
+            if have is not None:
+                drop_profile(ref, name)
+            _say(log, f"decisions: {case.name}: choosing under profile {name} ({ref_text})")
+            add_profile(cfg, case, ref, name, hw, sha, log=log)
+            ref.profiles[name].profile_ref = ref_text if _fixed(ref_text) else ""
+            changed = True
+        ref.profiles = {n: ref.profiles[n] for n in cfg.profiles}
+        if changed:
+            reference_path(cfg, case).parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(reference_path(cfg, case), ref.to_json())
+        out.append(ref)
     return out
 
 
@@ -728,12 +767,16 @@ def format_details(refs: list[CaseReference], meas: dict[str, PlanMeasurement]) 
         for k in rows:
             m = meas.get(k)
             out.append(f"| {describe(ref.plans[k])} | {'; '.join(ref.labels[k])} | "
-                       + " | ".join(f"{ref.profiles[p].predicted_samples_per_s[k]:.3f}" for p in profs)
+                       + " | ".join(_num(ref.profiles[p].predicted_samples_per_s.get(k)) for p in profs)
                        + f" | {'-' if not m or m.samples_per_s is None else f'{m.samples_per_s:.3f}'} | "
                        f"{m.status if m else 'not run'}" + (f" ({m.repeats_ok}/{m.repeats_recorded} ok)" if m else "")
                        + " |")
         out.append("")
     return "\n".join(out)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
 
 
 def _say(log, msg: str) -> None:
