@@ -175,7 +175,7 @@ def test_a_real_campaign_runs_reports_and_resumes(tmp_path):
     doc.write_text("# Accuracy\n\nkept\n")
     dry = _script(f, "--dry-run")
     assert dry.returncode == 0, dry.stderr[-2000:]
-    assert "2 runs (1 repeats), 0 recorded, 2 to run; estimated 0.3 min" in dry.stdout
+    assert "2 runs (1 repeats), 0 recorded, 2 to run; estimated 0.3 min" in dry.stdout, dry.stdout
     assert not list(out.rglob("records/**/*.json"))
     r = _script(f, "--doc", doc)
     assert r.returncode == 0, r.stderr[-3000:]

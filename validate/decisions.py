@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     todo = pending(list(jobs.values()))
     est_s = d.estimate_seconds(cfg, todo)
     print(f"decisions {cfg.name}: {len(cfg.cases)} cases, {sum(len(r.plans) for r in refs)} reference plans "
-          f"({len({k for k, _r in jobs})} distinct), {len(jobs)} runs ({cfg.repeats} repeats), "
+          f"({len({k for k, _r in jobs})} to run: a plan in two cases runs once), {len(jobs)} runs ({cfg.repeats} repeats), "
           f"{len(jobs) - len(todo)} recorded, {len(todo)} to run; estimated {est_s / 60:.1f} min "
           f"(run_seconds of the case file)", flush=True)
     if args.dry_run:
