@@ -126,6 +126,12 @@ def test_the_section_is_replaced_and_the_rest_kept():
     second = d.replace_section(first, "## Decisions\n\nv2\n")
     assert second == first.replace("v1", "v2")
     assert d.replace_section("", "## Decisions\n\nv\n") == "## Decisions\n\nv\n"
+    # above calibrate's marker: its rewrite of what follows keeps the section
+    from osdp_sim.cli.calibrate_cmd import KEEP_MARKER
+    marked = f"# A\n\nt\n\n{KEEP_MARKER}\n\n# Calibration\n"
+    out = d.replace_section(marked, "## Decisions\n\nv1\n")
+    assert out == f"# A\n\nt\n\n## Decisions\n\nv1\n\n{KEEP_MARKER}\n\n# Calibration\n"
+    assert d.replace_section(out, "## Decisions\n\nv2\n") == out.replace("v1", "v2")
 
 
 def test_a_profile_from_a_git_revision():

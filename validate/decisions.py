@@ -82,7 +82,10 @@ def main(argv=None) -> int:
     note = ""
     if len(done) < len(cfg.cases):
         recorded = len(jobs) - len(pending(list(jobs.values())))
-        note = (f"**Not complete:** {len(done)} of {len(cfg.cases)} cases fully measured ({recorded} of "
+        note = ("**Not run yet** (written while the machine was shared): the table gives each profile's "
+                "pick and its predicted gain; the measured columns fill in once the command above has run "
+                "on an idle machine." if recorded == 0 else
+                f"**Not complete:** {len(done)} of {len(cfg.cases)} cases fully measured ({recorded} of "
                 f"{len(jobs)} runs recorded); rows marked (partial) are provisional and the summary counts "
                 "complete cases only. Run the command above on an idle machine to finish.")
     section = d.format_section(cfg, figs, summ, command, note)

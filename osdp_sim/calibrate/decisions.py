@@ -730,27 +730,34 @@ def format_section(cfg: DecisionsConfig, figs: list[DecisionFigures], summary: l
                      + ("-" if s.mean_gain_error_points is None else f"{s.mean_gain_error_points:.1f} pts")
                      + f" | {s.gains_within_5_points} |")
     lines.append("")
-    return "\n".join(lines)
+    import textwrap
+    return "\n".join(textwrap.fill(l, 100, break_on_hyphens=False, break_long_words=False)
+                     if l and not l.startswith(("|", "    ")) else l for l in lines)
+
+
+MARKER = "<!-- osdp-sim calibrate writes the report below this line"
+"""Where calibrate's generated report starts (cli/calibrate_cmd.py KEEP_MARKER): the section stays above."""
 
 
 def replace_section(doc: str, section: str) -> str:
-    """doc with its "## Decisions" section (to the next heading of level 1 or 2) replaced by
-    `section`; without one, `section` goes before the second level-1 heading (the generated
-    calibration report), or at the end."""
+    """doc with its "## Decisions" section (to the next heading of level 1 or 2, or calibrate's
+    marker) replaced by `section`; without one, `section` goes before calibrate's marker, else
+    before the second level-1 heading, else at the end."""
     lines = doc.splitlines(keepends=True)
     body = section if section.endswith("\n") else section + "\n"
 
-    def heading(l):
-        return l.startswith("# ") or l.startswith("## ")
+    def stop(l):
+        return l.startswith("# ") or l.startswith("## ") or l.startswith(MARKER)
 
     start = next((i for i, l in enumerate(lines) if l.rstrip("\n") == SECTION), None)
     if start is None:
+        marks = [i for i, l in enumerate(lines) if l.startswith(MARKER)]
         tops = [i for i, l in enumerate(lines) if l.startswith("# ")]
-        at = tops[1] if len(tops) > 1 else len(lines)
+        at = marks[0] if marks else (tops[1] if len(tops) > 1 else len(lines))
         before = "".join(lines[:at])
         sep = "" if before.endswith("\n\n") or not before else ("\n" if before.endswith("\n") else "\n\n")
         return before + sep + body + ("\n" if at < len(lines) else "") + "".join(lines[at:])
-    end = next((i for i in range(start + 1, len(lines)) if heading(lines[i])), len(lines))
+    end = next((i for i in range(start + 1, len(lines)) if stop(lines[i])), len(lines))
     return "".join(lines[:start]) + body + ("\n" if end < len(lines) else "") + "".join(lines[end:])
 
 
