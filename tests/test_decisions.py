@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from osdp_sim.calibrate import decisions as d
+from osdp_sim.calibrate import decisions_report as rep
 from osdp_sim.errors import UserError
 from osdp_sim.model.load import load_model_config
 from osdp_sim.plan import GroupChoice, uniform_plan
@@ -110,7 +111,7 @@ def test_figures_are_computed_from_the_records(tmp_path):
     assert s_after.search_worst_loss == pytest.approx(1 / 9)
     assert s_after.mean_gain_error_points == pytest.approx(abs(0.25 - (8 / 9 - 1)) * 100)
     assert s_before.mean_gain_error_points == pytest.approx(abs(11 / 12 - 1) * 100)
-    text = d.format_section(cfg, [before, after], [s_before, s_after], "python validate/decisions.py X")
+    text = rep.format_section(cfg, [before, after], [s_before, s_after], "python validate/decisions.py X")
     assert "| c | after | mb 2, ckpt 4/4, attn zero3, mlp zero3, root zero3 | +25.0% | -11.1% | 11.1% | zero2 | 0.0% |" in text
     assert "| after | 1 | 0 | 0 | 11.1% | 1 | 1 | 0.0% | 36.1 pts | 0 |" in text
     # one repeat missing: provisional, not counted
@@ -121,17 +122,17 @@ def test_figures_are_computed_from_the_records(tmp_path):
 
 def test_the_section_is_replaced_and_the_rest_kept():
     doc = "# A\n\nintro\n\n## Targets\n\nt\n\n# Calibration\n\n## Summary\n\nx\n"
-    first = d.replace_section(doc, "## Decisions\n\nv1\n")
+    first = rep.replace_section(doc, "## Decisions\n\nv1\n")
     assert first == "# A\n\nintro\n\n## Targets\n\nt\n\n## Decisions\n\nv1\n\n# Calibration\n\n## Summary\n\nx\n"
-    second = d.replace_section(first, "## Decisions\n\nv2\n")
+    second = rep.replace_section(first, "## Decisions\n\nv2\n")
     assert second == first.replace("v1", "v2")
-    assert d.replace_section("", "## Decisions\n\nv\n") == "## Decisions\n\nv\n"
+    assert rep.replace_section("", "## Decisions\n\nv\n") == "## Decisions\n\nv\n"
     # above calibrate's marker: its rewrite of what follows keeps the section
     from osdp_sim.cli.calibrate_cmd import KEEP_MARKER
     marked = f"# A\n\nt\n\n{KEEP_MARKER}\n\n# Calibration\n"
-    out = d.replace_section(marked, "## Decisions\n\nv1\n")
+    out = rep.replace_section(marked, "## Decisions\n\nv1\n")
     assert out == f"# A\n\nt\n\n## Decisions\n\nv1\n\n{KEEP_MARKER}\n\n# Calibration\n"
-    assert d.replace_section(out, "## Decisions\n\nv2\n") == out.replace("v1", "v2")
+    assert rep.replace_section(out, "## Decisions\n\nv2\n") == out.replace("v1", "v2")
 
 
 def test_a_profile_from_a_git_revision():

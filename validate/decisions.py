@@ -39,6 +39,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from osdp_sim.calibrate import decisions as d
+    from osdp_sim.calibrate import decisions_report as rep
     from osdp_sim.cli.common import check_seconds
     from osdp_sim.fileio import check_writable
     from osdp_sim.plan import write_json_atomic
@@ -88,15 +89,15 @@ def main(argv=None) -> int:
                 f"**Not complete:** {len(done)} of {len(cfg.cases)} cases fully measured ({recorded} of "
                 f"{len(jobs)} runs recorded); rows marked (partial) are provisional and the summary counts "
                 "complete cases only. Run the command above on an idle machine to finish.")
-    section = d.format_section(cfg, figs, summ, command, note)
+    section = rep.format_section(cfg, figs, summ, command, note)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(cfg.out_dir / "decisions.json", d.results_json(figs, summ))
-    (cfg.out_dir / "report.md").write_text(d.format_details(refs, meas))
+    write_json_atomic(cfg.out_dir / "decisions.json", rep.results_json(figs, summ))
+    (cfg.out_dir / "report.md").write_text(rep.format_details(refs, meas))
     if args.no_doc:
         print(section)
     else:
         doc = Path(args.doc)
-        doc.write_text(d.replace_section(doc.read_text() if doc.is_file() else "", section))
+        doc.write_text(rep.replace_section(doc.read_text() if doc.is_file() else "", section))
         print(f"wrote the Decisions section of {doc}")
     print(f"wrote {cfg.out_dir / 'decisions.json'} and {cfg.out_dir / 'report.md'}")
     for s in summ:
