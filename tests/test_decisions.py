@@ -162,10 +162,10 @@ cases:
 """
 
 
-def _script(*args):
+def _script(*args, env=None):
     return subprocess.run([sys.executable, str(ROOT / "validate" / "decisions.py"), *map(str, args)],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})     # this checkout's osdp_sim
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})    # this checkout's osdp_sim
 
 
 def test_bad_case_file_is_one_line(tmp_path):
@@ -226,3 +226,17 @@ def test_a_profile_added_later_keeps_the_choices_already_made(tmp_path, monkeypa
     assert calls == ["before", "after"] and dropped.to_json() == first.to_json()
     with pytest.raises(UserError, match="--report-only"):
         d.references(cfg2, log=None, rebuild=False)
+
+
+def test_failed_runs_are_recorded_and_left_out(tmp_path):
+    pytest.importorskip("torch")
+    f, out = tmp_path / "c.yaml", tmp_path / "o"
+    f.write_text(CASES.format(out=out, hw=ROOT / HW))
+    r = _script(f, "--no-doc", env={"OSDP_SIM_FAULT": "error:0:0"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    records = list(out.rglob("n2/*.json"))
+    assert len(records) == 2 and all(json.loads(p.read_text())["status"] == "failed" for p in records)
+    (case,) = json.loads((out / "decisions.json").read_text())["cases"]
+    assert case["measured_plans"] == 0 and case["search_loss"] is None and case["complete"]
+    assert "| tiny-100 | before |" in r.stdout
+    assert "| before | 0 | 0 | 0 | - |" in r.stdout          # nothing measured: no case to count
