@@ -24,11 +24,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from osdp_sim.errors import UserError
-from osdp_sim.plan import Plan, plan_from_dict, plan_to_dict, write_json_atomic
-
 from osdp_sim.calibrate.decisions_config import (BASELINES, DEFAULT_RUN_S, DecisionCase,  # noqa: F401
                                                  DecisionsConfig, load_config, load_profile_ref)
+from osdp_sim.errors import UserError
+from osdp_sim.plan import Plan, plan_from_dict, plan_to_dict, write_json_atomic
 
 WITHIN = 0.03
 """A pick within this fraction of the measured best counts as a good decision (issue 15's 3%)."""
@@ -84,11 +83,9 @@ def top_distinct(spec, hw, limit_bytes: float, space, n: int, *, time_limit_s: f
     from osdp_sim.planner.bnb import search
     t0 = time.monotonic()
     k = max(8, 4 * n)
-    first = None
     while True:
         left = None if time_limit_s is None else max(1.0, time_limit_s - (time.monotonic() - t0))
         res = search(spec, hw, limit_bytes, space, top_k=k, time_limit_s=left)
-        first = first or res
         seen, out = set(), []
         for plan, est in res.top:
             sig = plan_signature(plan)
