@@ -25,7 +25,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Measure the search's and the tune's picks against the "
                                              "measured best of a reference set (issue 15).")
     ap.add_argument("cases", metavar="FILE", help="case file (validate/campaigns/decisions-cpu.yaml)")
-    ap.add_argument("--dry-run", action="store_true", help="print the reference sets and the estimate; run nothing")
+    ap.add_argument("--dry-run", action="store_true", help="print the reference sets (made, or read back, and kept in "
+                         "out_dir/<case>/reference.json) and the estimate; run nothing")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild the report from the records and reference sets on disk; run nothing")
     ap.add_argument("--wait-idle", type=percent, metavar="PCT", nargs="?", const=15.0,
