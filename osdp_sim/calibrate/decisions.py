@@ -1,0 +1,485 @@
+"""Decision quality as a measured figure (issue 15, docs/accuracy.md "Decisions"): per (model,
+memory limit) case, a reference set of plans is run for real, and the search's pick and the tune's
+pick of each profile are compared with the measured best of that set.
+
+The reference set of a case is the union, over the case file's profiles, of the search's top-N
+distinct plans, every feasible baseline (uniform ddp / zero2 / zero3 with checkpointing all or
+none, and the same strategies with per-block checkpointing) and the tune's candidates
+(tune.choose_candidates); identical plans are measured once. Measurements do not depend on the
+profile, so the set is measured once and every profile's picks are judged on the same numbers.
+
+"Distinct" (plan_signature): plans differing only by which of several identical blocks carries
+which choice (a permutation of blocks) are one plan; two plans are distinct when they differ in
+micro-batch, accumulation, shard group, the root's (or another non-block group's) choice, or the
+multiset of per-block (choices, checkpointed) tuples: the number of checkpointed blocks or the
+count of blocks with each strategy mix.
+"""
+
+import json
+import re
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from osdp_sim.calibrate.decisions_config import (BASELINES, DEFAULT_RUN_S, DecisionCase,  # noqa: F401
+                                                 DecisionsConfig, load_config, load_profile_ref)
+from osdp_sim.errors import UserError
+from osdp_sim.plan import Plan, plan_from_dict, plan_to_dict, write_json_atomic
+
+WITHIN = 0.03
+"""A pick within this fraction of the measured best counts as a good decision (issue 15's 3%)."""
+
+# ---------------------------------------------------------------- distinct plans
+
+_BLOCK = re.compile(r"block(\d+)\.(.+)")
+
+
+def plan_key(plan: Plan) -> str:
+    """Identity of a plan: its JSON form (two plans with one key are the same run)."""
+    return json.dumps(plan_to_dict(plan), sort_keys=True)
+
+
+def plan_signature(plan: Plan) -> tuple:
+    """Equal for plans that differ only by a permutation of blocks (module docstring)."""
+    blocks: dict[int, list] = {}
+    other = []
+    for k, ch in sorted(plan.choices.items()):
+        m = _BLOCK.fullmatch(k)
+        if m:
+            blocks.setdefault(int(m.group(1)), []).append((m.group(2), ch.label()))
+        else:
+            other.append((k, ch.label()))
+    per_block = Counter((tuple(sorted(blocks.get(i, []))), bool(ck)) for i, ck in enumerate(plan.checkpoint))
+    return (plan.micro_batch, plan.grad_accum, plan.shard_size, plan.precision, plan.optimizer,
+            tuple(other), tuple(sorted(per_block.items())))
+
+
+def describe(plan: Plan) -> str:
+    """Short text: micro-batch, checkpointed blocks, the strategy counts of each kind of block group
+    (attn, mlp, ...), the root's choice."""
+    n = len(plan.checkpoint)
+    kinds: dict[str, Counter] = {}
+    other = []
+    for k, ch in sorted(plan.choices.items()):
+        m = _BLOCK.fullmatch(k)
+        if m:
+            kinds.setdefault(m.group(2), Counter())[ch.label()] += 1
+        else:
+            other.append(f"{k} {ch.label()}")
+    parts = [f"{kind} " + " ".join(f"{v}x {s}" if len(c) > 1 else s for s, v in c.most_common())
+             for kind, c in kinds.items()]
+    return ", ".join([f"mb {plan.micro_batch}" + (f" x{plan.grad_accum}" if plan.grad_accum > 1 else ""),
+                      f"ckpt {sum(plan.checkpoint)}/{n}"] + parts + other)
+
+
+def top_distinct(spec, hw, limit_bytes: float, space, n: int, *, time_limit_s: float | None = 30.0,
+                 max_k: int = 640):
+    """The search's N best distinct plans (by plan_signature), best first, with their estimates:
+    the top-k search with k raised (x4) until N distinct ones are among them, the space has no
+    more, k reaches max_k or the time is up. Returns (search pick result, [(plan, estimate)])."""
+    from osdp_sim.planner.bnb import search
+    t0 = time.monotonic()
+    k = max(8, 4 * n)
+    while True:
+        left = None if time_limit_s is None else max(1.0, time_limit_s - (time.monotonic() - t0))
+        res = search(spec, hw, limit_bytes, space, top_k=k, time_limit_s=left)
+        seen, out = set(), []
+        for plan, est in res.top:
+            sig = plan_signature(plan)
+            if sig not in seen:
+                seen.add(sig)
+                out.append((plan, est))
+        spent = time.monotonic() - t0
+        if (len(out) >= n or len(res.top) < k or k >= max_k
+                or (time_limit_s is not None and spent > time_limit_s / 2)):
+            return res, out[:n]
+        k *= 4
+
+
+# ---------------------------------------------------------------- the reference set
+
+@dataclass
+class ProfileChoices:
+    """What one profile picks in one case (plan keys into CaseReference.plans)."""
+
+    search_pick: str
+    """The search's plan (its top 1)."""
+    top: list[str]
+    """The top-N distinct plans, best first (the pick first)."""
+    baselines: dict[str, str]
+    """Baseline name (ddp, zero3_per_block, ...) -> plan, the feasible ones."""
+    tune: list[tuple[str, str]]
+    """The tune's candidates under this profile: (label, plan key)."""
+    predicted_samples_per_s: dict[str, float]
+    """Plan key -> this profile's predicted samples/s, for the plans it chose (pick, top, baselines,
+    tune candidates), as predicted when it chose them."""
+    profile_sha: str = ""
+    """sha256 of the profile's text."""
+    profile_ref: str = ""
+    """The REV:PATH it was read from (a fixed text: not loaded again), else empty."""
+
+
+@dataclass
+class CaseReference:
+    """A case's reference set and each profile's choices (out_dir/<case>/reference.json)."""
+
+    case: str
+    key: dict
+    """What the set was made from (model, limit, micro-batches, N, baselines, tune K/B)."""
+    plans: dict[str, Plan]
+    """Plan key -> plan, every plan to measure."""
+    labels: dict[str, list[str]]
+    """Plan key -> why it is in the set ('before: search pick', 'after: zero3', ...)."""
+    profiles: dict[str, ProfileChoices]
+
+    def to_json(self) -> dict:
+        return {"case": self.case, "key": self.key,
+                "plans": [{"key": k, "labels": self.labels[k], "plan": plan_to_dict(p)}
+                          for k, p in self.plans.items()],
+                "profiles": {n: {"search_pick": c.search_pick, "top": c.top, "baselines": c.baselines,
+                                 "tune": [list(t) for t in c.tune],
+                                 "predicted_samples_per_s": c.predicted_samples_per_s,
+                                 "profile_sha": c.profile_sha, "profile_ref": c.profile_ref}
+                             for n, c in self.profiles.items()}}
+
+    @staticmethod
+    def from_json(data: dict, source: str) -> "CaseReference":
+        try:
+            plans, labels = {}, {}
+            for p in data["plans"]:
+                plans[p["key"]] = plan_from_dict(p["plan"])
+                labels[p["key"]] = list(p["labels"])
+            profiles = {n: ProfileChoices(c["search_pick"], list(c["top"]), dict(c["baselines"]),
+                                          [tuple(t) for t in c["tune"]],
+                                          {k: float(v) for k, v in c["predicted_samples_per_s"].items()},
+                                          str(c["profile_sha"]), str(c["profile_ref"]))
+                        for n, c in data["profiles"].items()}
+            return CaseReference(data["case"], data["key"], plans, labels, profiles)
+        except (KeyError, TypeError, ValueError) as e:
+            raise UserError(f"unreadable reference set ({e}); delete it to make it again",
+                            source=source, field="plans") from None
+
+
+def case_space(cfg: DecisionsConfig, case: DecisionCase):
+    from osdp_sim.planner.space import SearchSpace
+    return SearchSpace(micro_batches=case.micro_batches, precision=cfg.precision, devices=case.ranks)
+
+
+def case_spec(case: DecisionCase):
+    from osdp_sim.model.load import load_model
+    extra = {} if case.seq_len is None else {"seq_len": case.seq_len}
+    return load_model(case.model, notes=[], **extra)
+
+
+def _fixed(ref: str) -> bool:
+    """REV:PATH with REV a commit hash: a text that cannot change."""
+    return ":" in ref and not Path(ref).exists() and bool(re.fullmatch(r"[0-9a-f]{7,40}", ref.split(":", 1)[0]))
+
+
+def add_profile(cfg: DecisionsConfig, case: DecisionCase, ref: CaseReference, name: str, hw0, sha: str,
+                log=sys.stderr) -> None:
+    """Put profile `name`'s choices in `case` (its search's top-N distinct plans, its baselines,
+    its tune candidates) into `ref`, with its predictions of those plans."""
+    from osdp_sim.calibrate.tune import choose_candidates
+    from osdp_sim.planner.baselines import PER_BLOCK, UNIFORM, per_block_baselines, uniform_baselines
+    spec, space = case_spec(case), case_space(cfg, case)
+    hw = hw0 if hw0.device.count == case.ranks else hw0.with_devices(case.ranks)
+    pred: dict[str, float] = {}
+
+    def add(plan: Plan, label: str, sps: float) -> str:
+        k = plan_key(plan)
+        ref.plans.setdefault(k, plan)
+        if label not in ref.labels.setdefault(k, []):
+            ref.labels[k].append(label)
+        pred[k] = sps
+        return k
+
+    res, top = top_distinct(spec, hw, case.mem_limit_bytes, space, cfg.top_n,
+                            time_limit_s=cfg.search_time_limit_s)
+    if res.plan is None:
+        raise UserError(f"no plan fits under profile {name} ({res.status})", source=cfg.source,
+                        field=f"cases[{cfg.cases.index(case)}].mem_limit")
+    pick = add(res.plan, f"{name}: search pick", res.estimate.samples_per_s)
+    top_keys = [pick] + [add(p, f"{name}: top {i + 1}", e.samples_per_s) for i, (p, e) in enumerate(top) if i > 0]
+    uni = [s for s in cfg.baselines if s in UNIFORM]
+    per = [s for s in UNIFORM if PER_BLOCK[s] in cfg.baselines]
+    found = uniform_baselines(spec, hw, case.mem_limit_bytes, space, uni) if uni else {}
+    if per:
+        found.update(per_block_baselines(spec, hw, case.mem_limit_bytes, space, per,
+                                         deadline=time.perf_counter() + 3 * cfg.search_time_limit_s))
+    base = {b.name: add(b.plan, f"{name}: {b.name}", b.samples_per_s) for b in found.values() if b.feasible}
+    cands = choose_candidates(spec, hw, case.mem_limit_bytes, space, k=cfg.tune_candidates,
+                              baselines=cfg.tune_baselines, time_limit_s=cfg.search_time_limit_s)
+    tune = [(c.label, add(c.plan, f"{name}: tune {c.label}", c.predicted_samples_per_s)) for c in cands]
+    ref.profiles[name] = ProfileChoices(pick, top_keys, base, tune, pred, sha)
+    _say(log, f"decisions: {case.name} under {name}: search pick {describe(res.plan)}, "
+              f"{len(top)} distinct top plans, {len(base)} baselines, {len(tune)} tune candidates")
+
+
+def drop_profile(ref: CaseReference, name: str) -> None:
+    ref.profiles.pop(name, None)
+    for k in list(ref.plans):
+        ref.labels[k] = [l for l in ref.labels[k] if not l.startswith(f"{name}: ")]
+        if not ref.labels[k]:
+            del ref.labels[k], ref.plans[k]
+
+
+def reference_key(cfg: DecisionsConfig, case: DecisionCase) -> dict:
+    """What a case's reference set depends on besides the profiles (each profile's choices carry
+    the hash of its text)."""
+    return {"model": case.model, "seq_len": case.seq_len, "mem_limit_bytes": case.mem_limit_bytes,
+            "micro_batches": list(case.micro_batches), "ranks": case.ranks, "precision": cfg.precision,
+            "top_n": cfg.top_n, "baselines": list(cfg.baselines),
+            "tune": [cfg.tune_candidates, cfg.tune_baselines]}
+
+
+def reference_path(cfg: DecisionsConfig, case: DecisionCase) -> Path:
+    return cfg.out_dir / case.name / "reference.json"
+
+
+def read_reference(cfg: DecisionsConfig, case: DecisionCase) -> CaseReference | None:
+    path = reference_path(cfg, case)
+    if not path.is_file():
+        return None
+    from osdp_sim.fileio import read_json
+    return CaseReference.from_json(read_json(path, "reference set"), str(path))
+
+
+def references(cfg: DecisionsConfig, *, log=sys.stderr, rebuild: bool = True) -> list[CaseReference]:
+    """Every case's reference set, kept in out_dir/<case>/reference.json. A profile's choices are
+    made once and read back while its text (sha256) and the case are unchanged, so the "before"
+    picks stay those of the code and profile that made them; a new or changed profile adds its
+    choices (rebuild=False: refuse instead), a profile no longer named is dropped. Profiles are
+    loaded only when their choices must be made."""
+    loaded: dict[str, tuple] = {}
+
+    def profile(name):
+        if name not in loaded:
+            loaded[name] = load_profile_ref(cfg.profiles[name], source=cfg.source, field=f"profiles.{name}")
+        return loaded[name]
+
+    out = []
+    for case in cfg.cases:
+        ref = read_reference(cfg, case)
+        key = reference_key(cfg, case)
+        if ref is None or ref.key != key:
+            ref = CaseReference(case.name, key, {}, {}, {})
+        changed = False
+        for name in list(ref.profiles):
+            if name not in cfg.profiles:
+                drop_profile(ref, name)
+                changed = True
+        for name in cfg.profiles:
+            have = ref.profiles.get(name)
+            ref_text = cfg.profiles[name]
+            if have is not None and have.profile_ref == ref_text:
+                continue                # a commit's file: fixed (a path or branch is re-hashed)
+            hw, sha = profile(name)
+            if have is not None and have.profile_sha == sha:
+                continue
+            if not rebuild:
+                raise UserError(f"no choices of profile {name} made from {ref_text}; run without "
+                                "--report-only first", source=str(reference_path(cfg, case)), field="profiles")
+            if have is not None:
+                drop_profile(ref, name)
+            _say(log, f"decisions: {case.name}: choosing under profile {name} ({ref_text})")
+            add_profile(cfg, case, ref, name, hw, sha, log=log)
+            ref.profiles[name].profile_ref = ref_text if _fixed(ref_text) else ""
+            changed = True
+        ref.profiles = {n: ref.profiles[n] for n in cfg.profiles}
+        if changed:
+            reference_path(cfg, case).parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(reference_path(cfg, case), ref.to_json())
+        out.append(ref)
+    return out
+
+
+# ---------------------------------------------------------------- runs
+
+def campaign_of(cfg: DecisionsConfig):
+    from osdp_sim.calibrate.campaign import Campaign
+    return Campaign(name=cfg.name, source=cfg.source, hardware=cfg.run_hardware, device="cpu",
+                    records_dir=cfg.out_dir / "records", backend="fsdp2", warmup=cfg.warmup,
+                    iters=cfg.iters, threads=cfg.threads, seed=0, timeout_s=cfg.run_timeout_s, runs=())
+
+
+def jobs_for(cfg: DecisionsConfig, refs: list[CaseReference]) -> dict[tuple[str, int], "object"]:
+    """(plan key, repeat) -> Job, ordered repeat-major over every case (repeat 1 of every plan,
+    then repeat 2, ...). A plan in two cases (same model) is one job: its records serve both."""
+    from osdp_sim.calibrate.campaign import Job, expected_record_name
+    from osdp_sim.runtime.launch import available_cores
+    c = campaign_of(cfg)
+    jobs = {}
+    for r in range(cfg.repeats):
+        for ref in refs:
+            for i, (k, plan) in enumerate(ref.plans.items()):
+                if (k, r) in jobs:
+                    continue
+                n = plan.devices
+                threads = c.threads or max(1, available_cores() // n)
+                impl = plan.model.implementation
+                name = expected_record_name(plan, backend=c.backend, device=c.device, world=n, threads=threads,
+                                            warmup=c.warmup, iters=c.iters, seed=c.seed + r, impl=impl)
+                folder = re.sub(r"[^A-Za-z0-9_.-]", "_", plan.model.name)
+                label = f"{ref.case}: {ref.labels[k][0]}" + (f" (repeat {r + 1}/{cfg.repeats})"
+                                                             if cfg.repeats > 1 else "")
+                jobs[(k, r)] = Job(model=plan.model.name, nproc=n, plan=plan, seed=c.seed + r, repeat=r,
+                                   record_path=c.records_dir / folder / f"n{n}" / name, label=label,
+                                   field=f"{ref.case}.plans[{i}]", impl=impl)
+    return jobs
+
+
+def estimate_seconds(cfg: DecisionsConfig, jobs: list) -> float:
+    return sum(cfg.run_seconds.get(j.model, DEFAULT_RUN_S) for j in jobs)
+
+
+@dataclass(frozen=True)
+class PlanMeasurement:
+    """A reference plan after its runs."""
+
+    status: str
+    """ok (at least one repeat ok), else the last record's status, or 'not run'."""
+    samples_per_s: float | None
+    """Median over the ok repeats of global batch / median step time."""
+    repeats_ok: int
+    repeats_recorded: int
+
+
+def measure(jobs: dict, repeats: int) -> dict[str, PlanMeasurement]:
+    """Plan key -> its measurement, from the records on disk."""
+    from osdp_sim.calibrate.campaign import recorded_status
+    from osdp_sim.records import load_record
+    out = {}
+    keys = dict.fromkeys(k for k, _r in jobs)
+    for k in keys:
+        sps, last, n = [], "not run", 0
+        for r in range(repeats):
+            j = jobs.get((k, r))
+            if j is None or recorded_status(j.record_path) is None:
+                continue
+            rec = load_record(j.record_path)
+            n += 1
+            last = rec.status
+            if rec.ok:
+                sps.append(j.plan.global_batch / rec.data["measured"]["iteration_time_s"]["median"])
+        out[k] = PlanMeasurement("ok" if sps else last, statistics.median(sps) if sps else None, len(sps), n)
+    return out
+
+
+# ---------------------------------------------------------------- figures
+
+@dataclass(frozen=True)
+class DecisionFigures:
+    """One profile's decisions in one case, judged on the measurements."""
+
+    case: str
+    profile: str
+    complete: bool
+    """Every reference plan has all its repeats recorded (else the figures are provisional)."""
+    search_pick: str
+    """describe() of the search's pick."""
+    predicted_gain: float
+    """pred(pick) / pred(best baseline) - 1, both predicted by this profile, over its feasible baselines."""
+    measured_gain: float | None
+    """meas(pick) / meas(best baseline) - 1, over every baseline of the reference set that ran ok."""
+    search_loss: float | None
+    """1 - meas(pick) / meas(best): 0 when the pick is the measured best."""
+    tune_pick: str | None
+    """Label of the tune's candidate (under this profile) measured fastest."""
+    tune_loss: float | None
+    """1 - meas(tune pick) / meas(best)."""
+    best: str | None
+    """describe() of the measured best plan of the reference set, with its first label."""
+    best_samples_per_s: float | None
+    measured_plans: int
+    """Reference plans that ran ok."""
+    reference_plans: int
+
+    @property
+    def search_is_best(self) -> bool:
+        return self.search_loss == 0.0
+
+    @property
+    def tune_is_best(self) -> bool:
+        return self.tune_loss == 0.0
+
+    @property
+    def gain_error_points(self) -> float | None:
+        """|predicted - measured gain| in percentage points."""
+        if self.measured_gain is None:
+            return None
+        return abs(self.predicted_gain - self.measured_gain) * 100
+
+
+def figures(ref: CaseReference, meas: dict[str, PlanMeasurement], repeats: int) -> list[DecisionFigures]:
+    ok = {k: m.samples_per_s for k, m in meas.items() if k in ref.plans and m.status == "ok"}
+    complete = all(meas.get(k) is not None and meas[k].repeats_recorded == repeats for k in ref.plans)
+    best_k = max(ok, key=ok.get) if ok else None
+    best_sps = ok[best_k] if best_k else None
+    all_base = {k for c in ref.profiles.values() for k in c.baselines.values()}
+    base_meas = [ok[k] for k in all_base if k in ok]
+    out = []
+    for name, c in ref.profiles.items():
+        pred = c.predicted_samples_per_s
+        pred_base = max((pred[k] for k in c.baselines.values()), default=None)
+        pick_sps = ok.get(c.search_pick)
+        tune_ok = [(lab, k) for lab, k in c.tune if k in ok]
+        tune_lab, tune_k = max(tune_ok, key=lambda t: ok[t[1]]) if tune_ok else (None, None)
+        out.append(DecisionFigures(
+            case=ref.case, profile=name, complete=complete,
+            search_pick=describe(ref.plans[c.search_pick]),
+            predicted_gain=pred[c.search_pick] / pred_base - 1 if pred_base else 0.0,
+            measured_gain=pick_sps / max(base_meas) - 1 if pick_sps and base_meas else None,
+            search_loss=_loss(pick_sps, best_sps), tune_pick=tune_lab,
+            tune_loss=_loss(ok.get(tune_k), best_sps),
+            best=None if best_k is None else f"{ref.labels[best_k][0]} ({describe(ref.plans[best_k])})",
+            best_samples_per_s=best_sps, measured_plans=len(ok), reference_plans=len(ref.plans)))
+    return out
+
+
+def _loss(sps: float | None, best: float | None) -> float | None:
+    if sps is None or not best:
+        return None
+    return max(0.0, 1.0 - sps / best)
+
+
+@dataclass(frozen=True)
+class DecisionSummary:
+    """One profile over the complete cases."""
+
+    profile: str
+    cases: int
+    """Complete cases counted."""
+    search_best: int
+    """Cases whose search pick is the measured best."""
+    search_within: int
+    """... within WITHIN of it."""
+    search_worst_loss: float | None
+    tune_best: int
+    tune_within: int
+    tune_worst_loss: float | None
+    mean_gain_error_points: float | None
+    """Mean |predicted - measured gain| in percentage points."""
+    gains_within_5_points: int
+
+
+def summarize(figs: list[DecisionFigures]) -> list[DecisionSummary]:
+    out = []
+    for prof in dict.fromkeys(f.profile for f in figs):
+        fs = [f for f in figs if f.profile == prof and f.complete and f.search_loss is not None]
+        sl = [f.search_loss for f in fs]
+        tl = [f.tune_loss for f in fs if f.tune_loss is not None]
+        ge = [f.gain_error_points for f in fs if f.gain_error_points is not None]
+        out.append(DecisionSummary(
+            prof, len(fs), sum(l == 0.0 for l in sl), sum(l <= WITHIN for l in sl), max(sl, default=None),
+            sum(l == 0.0 for l in tl), sum(l <= WITHIN for l in tl), max(tl, default=None),
+            statistics.fmean(ge) if ge else None, sum(e <= 5.0 for e in ge)))
+    return out
+
+
+def _say(log, msg: str) -> None:
+    if log:
+        print(msg, file=log, flush=True)
