@@ -26,8 +26,9 @@ from pathlib import Path
 
 from osdp_sim.cli.common import run_script
 from osdp_sim.costmodel.estimate import _simulate, estimate
-from osdp_sim.costmodel.lowering import FWD_KERNELS_PER_GROUP, _fwd_elementwise_s, linear_time_s, lower
-from osdp_sim.costmodel.rates import gemm_efficiency, gemm_time_s
+from osdp_sim.costmodel.kernels import HOST_OPS
+from osdp_sim.costmodel.lowering import group_times, lower
+from osdp_sim.costmodel.rates import gemm_efficiency, gemm_shape_time_s, task_time_s
 from osdp_sim.errors import UserError
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model
@@ -38,21 +39,21 @@ GEMM_OPS = ("aten::addmm", "aten::mm", "aten::bmm")
 
 
 def _model_block(spec, hw, mb: int, dtype: str) -> dict:
-    """The cost model's terms for one block at micro-batch mb (seconds, forward)."""
+    """The cost model's terms for one block at micro-batch mb (seconds; lowering.group_times, no
+    FSDP2 collective calls: those are charged to the unit's steps)."""
     tokens = mb * spec.config.seq_len
-    cb = 2 if dtype == "bf16" else 4
-    gemm = attn = elem = launches = 0.0
+    gemm = attn = elem = host = bwd = rec = 0.0
     for g in spec.blocks[0].groups:
-        linear_flops = sum(l.fwd_flops_per_token for l in g.linears)
-        gemm += sum(linear_time_s(hw, l, tokens, dtype) for l in g.linears)
-        core = tokens * (g.fwd_flops_per_token - linear_flops)
-        attn += 2 * gemm_time_s(hw, core / 2, dtype) if core > 0 else 0.0
-        elem += _fwd_elementwise_s(hw, g.activations.bytes_for(cb, tokens))
-        launches += (len(g.linears) + (2 if core > 0 else 0) + FWD_KERNELS_PER_GROUP) * hw.compute.kernel_launch_s
-    fwd = gemm + attn + elem
-    ratio = hw.compute.backward_forward_ratio
-    return {"gemm": gemm, "attn": attn, "elem": elem, "launch": launches, "fwd": fwd,
-            "bwd": ratio * fwd, "recompute": fwd}
+        t = group_times(spec, g, hw, dtype, tokens)
+        gemm += sum(t.slice_fwd_s.values())
+        attn += t.attention_fwd_s
+        elem += t.fixed_fwd_s - t.attention_fwd_s
+        host += t.host_fwd_s
+        dev_f = t.fixed_fwd_s + sum(t.slice_fwd_s.values())
+        bwd += task_time_s(hw, t.fixed_bwd_s + sum(t.slice_bwd_s.values()), t.host_bwd_s)
+        rec += task_time_s(hw, dev_f, t.host_fwd_s)
+    fwd = task_time_s(hw, gemm + attn + elem, host)
+    return {"gemm": gemm, "attn": attn, "elem": elem, "launch": host, "fwd": fwd, "bwd": bwd, "recompute": rec}
 
 
 def _profile_split(fn, torch) -> dict:
@@ -253,13 +254,12 @@ def _measured_profile(hw, meas, precision: str, fwd_fixed_s: float, launches_per
     rates = {g: statistics.median(v) for g, v in by_size.items()}
     peak = max(rates.values())
     curve = tuple((g, rates[g] / peak) for g in sorted(rates))
-    ratio = statistics.median(r["bwd"] / r["fwd"] for r in meas.values())
     c = hw.compute
     compute = dataclasses.replace(
         c, peak_flops={**c.peak_flops, precision: peak},
-        gemm_efficiency={**c.gemm_efficiency, precision: curve}, efficiency_scale=1.0,
-        kernel_launch_s=max(fwd_fixed_s, 0.0) / launches_per_fwd, backward_forward_ratio=ratio)
-    return dataclasses.replace(hw, compute=compute)
+        gemm_efficiency={**c.gemm_efficiency, precision: curve}, efficiency_scale=1.0)
+    host = dataclasses.replace(hw.host, op_s=max(fwd_fixed_s, 0.0) / launches_per_fwd)
+    return dataclasses.replace(hw, compute=compute, host=host)
 
 
 def main() -> int:
@@ -298,8 +298,8 @@ def main() -> int:
     import torch
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[precision]
     print(f"{args.model}, one block, {precision}, 1 thread, profile {hw.name}: "
-          f"kernel_launch {hw.compute.kernel_launch_s * 1e6:.0f} us, backward/forward "
-          f"{hw.compute.backward_forward_ratio}, efficiency_scale {hw.compute.efficiency_scale}", flush=True)
+          f"kernel_launch {hw.compute.kernel_launch_s * 1e6:.0f} us, host op {hw.host.op_s * 1e6:.1f} us, "
+          f"efficiency_scale {hw.compute.efficiency_scale}", flush=True)
     deadline = time.monotonic() + args.time_limit
     meas = _measure(torch, cfg, mbs, args.repeats, deadline, dtype, not args.alone)
     mbs = sorted(meas)
@@ -324,7 +324,7 @@ def main() -> int:
         outside = r["fwd"] - (p["gemm"] + p["attn"] + p["other"])
         print(f"| {mb} |{ms(m['gemm'])} |{ms(m['attn'])} |{ms(m['elem'])} |{ms(m['launch'])} |"
               f"{ms(p['gemm'])} |{ms(p['attn'])} |{ms(p['other'])} |{ms(outside)} | {p['ops']} |")
-    print("\n## Backward by term (ms, measured self CPU; the model charges backward/forward x forward)")
+    print("\n## Backward by term (ms, measured self CPU; the model charges each backward kernel)")
     print("| mb | model bwd | meas gemm | meas attn | meas other | meas outside ops | ops |")
     for mb in mbs:
         p, r = meas[mb]["prof_bwd"], meas[mb]
@@ -335,6 +335,7 @@ def main() -> int:
     print("\n## GEMMs per shape (forward and backward), achieved vs the profile's rate")
     print("| mb | pass | op | M x N x K | GFLOP | meas ms | model ms | meas GFLOP/s | model GFLOP/s (no launch) |")
     peak = hw.compute.peak_flops[precision]
+    cb = 2 if precision == "bf16" else 4
     for mb in mbs:
         for pas in ("fwd", "bwd"):
             for (name, shapes), ts in sorted(meas[mb][f"gemms_{pas}"].items()):
@@ -344,7 +345,7 @@ def main() -> int:
                 f = 2.0 * mnk[0] * mnk[1] * mnk[2]
                 t = statistics.median(ts)
                 print(f"| {mb} | {pas} | {name[6:]} | {mnk[0]} x {mnk[1]} x {mnk[2]} | {f / 1e9:.3f} |"
-                      f"{ms(t)} |{ms(gemm_time_s(hw, f, precision))} | {f / t / 1e9:.1f} | "
+                      f"{ms(t)} |{ms(gemm_shape_time_s(hw, *mnk, precision, cb))} | {f / t / 1e9:.1f} | "
                       f"{peak * gemm_efficiency(hw, f, precision) / 1e9:.1f} |")
 
     toks = [mb * cfg.seq_len for mb in mbs]
@@ -372,12 +373,12 @@ def main() -> int:
         print("\n## The tune's candidates: measured step vs model step vs model with measured block compute")
         print("  (measured-compute column: every block's forward/recompute scaled to the measured block "
               "forward, backward to the measured backward; comm, schedule, root as the model)")
-        launches = round(model[mbs[0]]["launch"] / hw.compute.kernel_launch_s)
-        hw_m = _measured_profile(hw, meas, precision, fwd_fixed_s, launches)
+        launches = sum(HOST_OPS.get((cfg.family, g.kind), (0, 0))[0] for g in spec.blocks[0].groups)
+        hw_m = _measured_profile(hw, meas, precision, fwd_fixed_s, max(launches, 1))
         cm = hw_m.compute
-        print(f"  measured-terms profile: peak {cm.peak_flops[precision] / 1e9:.1f} GFLOP/s, kernel "
-              f"{cm.kernel_launch_s * 1e6:.1f} us ({launches} per block forward), backward/forward "
-              f"{cm.backward_forward_ratio:.2f}, curve {[(g, round(e, 3)) for g, e in cm.gemm_efficiency[precision]]}")
+        print(f"  measured-terms profile: peak {cm.peak_flops[precision] / 1e9:.1f} GFLOP/s, host op "
+              f"{hw_m.host.op_s * 1e6:.1f} us ({launches} ops per block forward), "
+              f"curve {[(g, round(e, 3)) for g, e in cm.gemm_efficiency[precision]]}")
         print("| candidate | mb | ckpt blocks | measured step s | model step s | model, measured block compute s |"
               " model, measured-terms profile s | measured samples/s | model samples/s | rescored samples/s |"
               " measured-terms samples/s |")

@@ -91,9 +91,9 @@ def test_collective_calls_are_charged_in_forward_and_backward_but_not_in_the_rec
     hw = dataclasses.replace(simple_hw(), host=HostSpec(call_s=call, async_device=False))
     base_hw = dataclasses.replace(hw, host=HostSpec(async_device=False))
     spec = build_spec(GPT)
-    # zero3: an all-gather before forward; before backward another, then the reduce-scatter
-    # ddp: nothing before forward, its all-reduce in backward
-    for strategy, calls_f, calls_b in (("zero3", 1, 2), ("zero2", 1, 1), ("ddp", 0, 1)):
+    # zero3: an all-gather before forward; before backward another, then the reduce-scatter;
+    # ddp (a (world, 1) mesh, resharded after forward): the same over one rank, + the all-reduce
+    for strategy, calls_f, calls_b in (("zero3", 1, 2), ("zero2", 1, 1), ("ddp", 1, 3)):
         plan = uniform_plan(GPT, strategy, devices=8, micro_batch=1)
         base, low = lower(spec, base_hw, plan), lower(spec, hw, plan)
         for s0, s1 in zip(base.steps, low.steps):

@@ -243,11 +243,13 @@ def calls_s(hw: HardwareProfile, calls: int) -> float:
 
 
 def collective_calls(u: CommUnit) -> tuple[int, int]:
-    """Collectives one unit issues in forward and in backward: an all-gather before forward (not
-    ddp), again before backward when resharded (zero3), its reduction, the replica all-reduce."""
-    gathers_f = u.strategy != "ddp"
-    gathers_b = u.reshards_after_forward and u.strategy != "ddp"
-    return int(gathers_f), int(gathers_b) + 1 + (1 if u.replica_all_reduce_s > 0 else 0)
+    """Collectives one unit issues in forward and in backward, as FSDP2 runs them: an all-gather
+    before forward (a ddp unit's over its shard group of one, docs/runtime.md), again before
+    backward when resharded after forward (zero3, ddp; never the root), then the reduce-scatter
+    (over one rank for ddp) and an all-reduce across replicas (ddp's (world, 1) mesh, HSDP)."""
+    regather = u.reshards_after_forward
+    all_reduce = u.strategy == "ddp" or u.replica_all_reduce_s > 0
+    return 1, int(regather) + 1 + int(all_reduce)
 
 
 def unit_optimizer_s(hw: HardwareProfile, u: CommUnit, optimizer: str) -> float:
@@ -347,8 +349,9 @@ def _step(hw: HardwareProfile, name: str, unit_index: int, u: CommUnit, block: i
           bwd_temp: float = 0.0) -> Step:
     """One non-root step: its unit's collective calls, copy-out (each all-gather) and copy-in added."""
     calls_f, calls_b = collective_calls(u)
-    gathers_b = u.reshards_after_forward and u.strategy != "ddp"
-    cf = copy_out_s(hw, u.gathered_bytes) if calls_f else 0.0
+    gathers_f = u.strategy != "ddp"           # ddp's "all-gather" is the local copy of make_unit
+    gathers_b = u.reshards_after_forward and gathers_f
+    cf = copy_out_s(hw, u.gathered_bytes) if gathers_f else 0.0
     cb_ = copy_out_s(hw, u.gathered_bytes) if gathers_b else 0.0
     return Step(name, unit_index, block,
                 task_time_s(hw, dev_f + cf, host_f + calls_s(hw, calls_f)),
