@@ -27,11 +27,11 @@ computation on one plan; tests/test_costmodel_fast.py checks it against estimate
 Scope: reduce_every_microbatch=True plans (the search space); anything else raises ValueError.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
-from osdp_sim.costmodel.lowering import (_lower_group, _root_fwd_s, make_unit, optimizer_temp_sums,
-                                         root_largest_tensor)
+from osdp_sim.costmodel.lowering import (_lower_group, _root_fwd_s, check_selective, make_unit,
+                                         optimizer_temp_sums, root_largest_tensor)
 from osdp_sim.costmodel.rates import bandwidth_time_s
 from osdp_sim.costmodel.states import compute_bytes
 from osdp_sim.hardware.profile import HardwareProfile
@@ -78,6 +78,9 @@ class StepCost:
     pm: float                     # its unit's optimizer temporary (CommUnit.optimizer_temp_bytes)
     opt: float                    # its unit's share of the optimizer step time
     copy: bool = False            # a ddp unit: its backward "gather" allocates at its user's start
+    rc: float = 0.0               # its recompute work when its block is checkpointed (Config.selective
+                                  # says full (= f) or selective)
+    sk: float = 0.0               # kept by a selectively checkpointed block for it (saved mm outputs)
 
     @cached_property
     def pending(self) -> "Pending":
@@ -101,15 +104,18 @@ class Config:
     precision: str
     optimizer: str
     root: str                     # root strategy
+    selective: bool = False       # checkpointed blocks use selective (op-level) checkpointing
 
     def plan(self, spec: ModelSpec, choices: dict, checkpoint: tuple) -> Plan:
         return Plan(model=spec.config, devices=self.devices, micro_batch=self.micro_batch,
                     choices=choices, checkpoint=checkpoint, grad_accum=self.grad_accum,
                     precision=self.precision, optimizer=self.optimizer,
-                    shard_group=self.shard_group)
+                    shard_group=self.shard_group,
+                    selective=tuple(checkpoint) if self.selective else ())
 
 
 def config_of(plan: Plan) -> Config:
+    """The plan's configuration; `selective` is per block in a plan (block_stages reads it)."""
     return Config(plan.devices, plan.micro_batch, plan.grad_accum, plan.shard_size, plan.precision,
                   plan.optimizer, plan.choices["root"].strategy)
 
@@ -149,7 +155,9 @@ def group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: HardwarePr
             f=s.fwd_s, b=s.bwd_s, agf=u.all_gather_s, gath=u.gathered_bytes, z3=z3,
             agb=u.all_gather_s, act=s.act_bytes, ft=s.fwd_temp_bytes, ag=s.act_grad_bytes,
             bt=s.bwd_temp_bytes, ug=u.unsharded_grad_bytes, free_gath=True,
-            rs=_rs_items(u, cfg.grad_accum > 1), res=res, pm=pm, opt=opt, copy=u.strategy == "ddp"))
+            rs=_rs_items(u, cfg.grad_accum > 1), res=res, pm=pm, opt=opt, copy=u.strategy == "ddp",
+            rc=s.sac_recompute_s if cfg.selective else s.fwd_s,
+            sk=s.sac_saved_bytes if cfg.selective else 0.0))
     return tuple(out)
 
 
@@ -367,7 +375,7 @@ class StageOut:
 
 
 def _kept(st: StepCost, ckpt: bool, first: bool, ck: float) -> float:
-    k = 0.0 if ckpt else st.act
+    k = st.sk if ckpt else st.act
     if ckpt and first:
         k += ck
     if st.agf is not None and not st.z3:
@@ -417,6 +425,8 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum
             local = ck + max(0.0, st.act - ck)
         else:
             local = st.act
+        if ckpt:
+            local += st.sk
         local += st.ft + (st.gath if st.agf is not None else 0.0)
         local += nxt_gath if nxt_agf is not None else 0.0
         o_v = max(o_v, res_n + prefix + local)
@@ -448,21 +458,23 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum
         ags = tuple(_bwd_gather(st) for st in steps if st.z3)
         o_y = run(pend.b, pend.start, pend.end, pend.items + ags,
                   len(pend.items) + len(ags) - 1 if ags else None)
-        o_y = max(o_y, run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps), _copies(steps)),
+        o_y = max(o_y, run(sum(st.rc for st in steps), (-ck - sum(st.sk for st in steps),
+                                                        sum(st.act for st in steps), _copies(steps)),
                            0.0, (), None))
         o_y = max(o_y, chain(st.pending for st in steps[:0:-1]))
     elif kind == "ckmlp":
         ags = tuple(_bwd_gather(st) for st in steps if st.z3)
         o_y = run(pend.b, pend.start, pend.end, pend.items + ags, len(pend.items) + len(ags) - 1)
         o_m1 = y                     # after the last gather's allocation nothing else happens
-        o_m2 = run(sum(st.f for st in steps), (-ck, sum(st.act for st in steps), _copies(steps)),
+        o_m2 = run(sum(st.rc for st in steps), (-ck - sum(st.sk for st in steps),
+                                                sum(st.act for st in steps), _copies(steps)),
                    0.0, (), None)
         o_m2 = max(o_m2, chain(st.pending for st in steps[:0:-1]))
     elif kind == "ckattn":
         # its gathers are allocated before the recompute starts (m1), its ddp copies with it (m2)
         g_a = sum(st.gath for st in steps if st.z3) - _copies(steps)
-        p_a = g_a + _copies(steps) + sum(st.act for st in steps)
-        dt += sum(st.agb for st in steps if st.z3) + sum(st.f for st in steps)
+        p_a = g_a + _copies(steps) + sum(st.act - st.sk for st in steps)
+        dt += sum(st.agb for st in steps if st.z3) + sum(st.rc for st in steps)
         y += p_a
         o_y = chain([pend] + [st.pending for st in steps[:0:-1]])
     elif kind == "group":
@@ -546,9 +558,11 @@ def block_stages(spec: ModelSpec, plan: Plan, hw: HardwareProfile, cfg: Config):
     tokens = cfg.micro_batch * spec.seq_len
     out = []
     for unit in reversed(spec.blocks):
-        per = [group_steps(g, plan.choices[g.plan_key], spec, hw, cfg) for g in unit.groups]
+        sel = plan.selective[unit.index]
+        bcfg = replace(cfg, selective=sel)
+        per = [group_steps(g, plan.choices[g.plan_key], spec, hw, bcfg) for g in unit.groups]
         if plan.checkpoint[unit.index]:
-            ck = unit.ckpt_activations.bytes_for(cb, tokens)
+            ck = (unit.sac_activations if sel else unit.ckpt_activations).bytes_for(cb, tokens)
             out.append([("ckmlp", per[1], ck), ("ckattn", per[0], ck), ("ckpt", per[0] + per[1], ck)])
         else:
             out.append([("group", per[1], 0.0), ("group", per[0], 0.0)])
@@ -558,6 +572,7 @@ def block_stages(spec: ModelSpec, plan: Plan, hw: HardwareProfile, cfg: Config):
 def fast_estimate(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> FastEstimate:
     if plan.grad_accum > 1 and not plan.reduce_every_microbatch:
         raise ValueError("fast_estimate covers reduce_every_microbatch=True only")
+    check_selective(spec, plan)
     cfg = config_of(plan)
     s = hw.overlap_slowdown
     m = plan.grad_accum

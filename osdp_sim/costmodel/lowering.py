@@ -58,17 +58,21 @@ class Step:
     act_grad_bytes: float         # transient gradient of activations while its backward runs
     fwd_temp_bytes: float = 0.0   # transient during its forward only (the logits)
     bwd_temp_bytes: float = 0.0   # transient during its backward only (gradient of the logits)
+    sac_recompute_s: float = 0.0  # its recompute when its block is selectively checkpointed
+    sac_saved_bytes: float = 0.0  # mm outputs a selectively checkpointed block keeps for it
 
 
 @dataclass(frozen=True)
 class Lowered:
     units: tuple[CommUnit, ...]
     steps: tuple[Step, ...]
-    ckpt_bytes: dict              # block -> bytes a checkpointed block keeps (its input)
+    ckpt_bytes: dict              # block -> bytes a checkpointed block keeps (its input; if
+                                  # selective also SDPA's outputs, its steps' sac_saved_bytes aside)
     checkpoint: tuple[bool, ...]
     optimizer_s: float
     optimizer_temp_bytes: float
     tokens: int                   # per micro-batch per device
+    selective: tuple[bool, ...] = ()   # per block, as Plan.selective
 
 
 def _scope(n: int, hw: HardwareProfile) -> str:
@@ -160,7 +164,27 @@ def _fwd_elementwise_s(hw: HardwareProfile, act_bytes: float) -> float:
     return bandwidth_time_s(hw, 2.0 * act_bytes, FWD_KERNELS_PER_GROUP)
 
 
+def check_selective(spec: ModelSpec, plan: Plan) -> None:
+    """One-line UserError for selective blocks the model does not cover."""
+    if not any(plan.selective):
+        return
+    from osdp_sim.errors import UserError
+    from osdp_sim.model.spec import selective_supported
+    why = selective_supported(spec.config)
+    if why:
+        raise UserError(why, source=spec.config.source or spec.name, field="selective")
+    for u in spec.blocks:
+        attn, mlp = u.groups
+        if plan.selective[u.index] and mlp.mm_before % 2 and plan.choices[attn.plan_key].is_split:
+            # a split attention makes the MLP's mm count even: another saved set than modelled
+            raise UserError(f"block {u.index}: selective checkpointing with a split attention is not "
+                            f"modelled for {spec.name!r} (an odd number of bias-free attention "
+                            "Linears); leave the attention unsplit or checkpoint fully",
+                            source=spec.config.source or spec.name, field="selective")
+
+
 def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
+    check_selective(spec, plan)
     cfg = spec.config
     tokens = plan.micro_batch * cfg.seq_len
     cb = compute_bytes(plan.precision)
@@ -190,7 +214,9 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
                 continue
             steps.extend(_lower_group(g, unit.index, hw, plan, units, tokens, act, act_grad, ratio))
 
-    ckpt_bytes = {u.index: u.ckpt_activations.bytes_for(cb, tokens) for u in spec.blocks}
+    sel = plan.selective
+    ckpt_bytes = {u.index: (u.sac_activations if sel[u.index] else u.ckpt_activations).bytes_for(cb, tokens)
+                  for u in spec.blocks}
     local_params = sum(u.states.params for u in units) / 4.0          # fp32 elements held locally
     opt_bytes_moved = local_params * {"adamw": 2 * (4 + 4 + 8), "sgd": 2 * (4 + 4 + 4)}[plan.optimizer]
     optimizer_s = bandwidth_time_s(hw, opt_bytes_moved, 12 * len(units))
@@ -199,7 +225,7 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
     temps = [u.optimizer_temp_bytes for u in units]
     optimizer_temp = sum(temps) if optimizer_temp_sums(hw, plan.optimizer) else max(temps)
     return Lowered(tuple(units), tuple(steps), ckpt_bytes, plan.checkpoint, optimizer_s,
-                   optimizer_temp, tokens)
+                   optimizer_temp, tokens, sel)
 
 
 def linear_time_s(hw: HardwareProfile, l, tokens: int, dtype: str, slices: int = 1) -> float:
@@ -236,8 +262,9 @@ def _lower_group(g: OpGroup, block: int, hw: HardwareProfile, plan: Plan, units:
         units.append(make_unit(g.name, g.plan_key, c.strategy, g.param_count, hw, plan,
                                largest_tensor=largest_tensor(g)))
         fwd = core_s + elem_s + sum(slice_s.values())
-        return [Step(g.name, len(units) - 1, block, fwd, ratio * fwd, act, act_grad,
-                     bwd_temp_bytes=bwd_temp)]
+        return selective_recompute(g, c, [Step(g.name, len(units) - 1, block, fwd, ratio * fwd, act,
+                                               act_grad, bwd_temp_bytes=bwd_temp)],
+                                   elem_s, slice_s, tokens * compute_bytes(dtype))
 
     # Replicated part: norms, biases, the k - j unsharded slices of every Linear.
     rep_params = g.param_count - g.splittable_params * j / k
@@ -256,4 +283,33 @@ def _lower_group(g: OpGroup, block: int, hw: HardwareProfile, plan: Plan, units:
                                    largest_tensor=lin.weight_params / k))
             steps.append(Step(name, len(units) - 1, block, slice_s[lin.name], ratio * slice_s[lin.name],
                               0.0, 0.0))
-    return steps
+    return selective_recompute(g, c, steps, elem_s, slice_s, tokens * compute_bytes(dtype))
+
+
+def selective_recompute(g: OpGroup, c, steps: list[Step], elem_s: float, slice_s: dict,
+                        out_bytes_per_feature: float) -> list[Step]:
+    """`steps` (one group, _lower_group's order: the group's step, then each Linear's sharded
+    slices) with what selective checkpointing (torchtitan 820504e2's op policy,
+    runtime/selective.py) recomputes and keeps: it recomputes the elementwise work and every mm
+    it does not save, never the attention core (SDPA's outputs are saved); it keeps the outputs of
+    the 1st, 3rd, ... aten.mm of the block (a biased unsplit Linear is an addmm: recomputed,
+    kept nothing, not counted). `out_bytes_per_feature`: tokens x compute-dtype bytes."""
+    from dataclasses import replace
+
+    from osdp_sim.model.spec import mm_calls, mm_saved
+    k, j = c.slices, c.sharded_slices
+    before = g.mm_before
+    rc = [0.0] * len(steps)
+    kept = [0.0] * len(steps)
+    rc[0] = elem_s
+    for li, lin in enumerate(g.linears):
+        calls = mm_calls(lin, k)
+        for s in range(max(calls, 1)):
+            # slice s of a split Linear runs in step 1 + li * j + s if sharded, else in step 0
+            at = 1 + li * j + s if c.is_split and s < j else 0
+            if calls and mm_saved(before + s):
+                kept[at] += lin.out_features * out_bytes_per_feature
+            else:
+                rc[at] += slice_s[lin.name]
+        before += calls
+    return [replace(st, sac_recompute_s=r, sac_saved_bytes=b) for st, r, b in zip(steps, rc, kept)]
