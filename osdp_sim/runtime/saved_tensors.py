@@ -66,3 +66,44 @@ def saved_bytes_per_group(model: nn.Module, idx: torch.Tensor, targets: torch.Te
             h.remove()
     del loss
     return totals
+
+
+
+def kept_bytes_after_forward(fn, *args) -> tuple[object, int]:
+    """(fn(*args), bytes of the storages allocated during fn that live tensors still hold when
+    it has returned, its output's excluded): what a checkpointed block keeps from forward to
+    backward beyond its inputs (selective checkpointing's saved op outputs; nothing for full).
+    Live tensors are found by the garbage collector (the cache holds detached tensors, new
+    Python objects sharing the outputs' storages)."""
+    import gc
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    def live_storages() -> dict[int, int]:
+        out = {}
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor) and obj.device.type != "meta":
+                st = obj.untyped_storage()
+                out[st.data_ptr()] = st.nbytes()
+        return out
+
+    gc.collect()
+    before = live_storages()          # parameters, buffers, inputs: not made by fn
+    created: set[int] = set()
+
+    class Track(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    created.add(t.untyped_storage().data_ptr())
+            return out
+
+    with Track():
+        out = fn(*args)
+    gc.collect()
+    skip = {t.untyped_storage().data_ptr() for t in tree_leaves(out) if isinstance(t, torch.Tensor)}
+    kept = sum(n for ptr, n in live_storages().items()
+               if ptr in created and ptr not in skip and ptr not in before)
+    return out, kept
