@@ -81,9 +81,13 @@ def kept_bytes_after_forward(fn, *args) -> tuple[object, int]:
     from torch.utils._pytree import tree_leaves
 
     def live_storages() -> dict[int, int]:
+        import warnings
         out = {}
-        for obj in gc.get_objects():
-            if isinstance(obj, torch.Tensor) and obj.device.type != "meta":
+        with warnings.catch_warnings():      # isinstance on torch's deprecated module objects
+            warnings.simplefilter("ignore")
+            objs = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+        for obj in objs:
+            if obj.device.type != "meta":
                 st = obj.untyped_storage()
                 out[st.data_ptr()] = st.nbytes()
         return out

@@ -38,5 +38,29 @@ def _policy(meta: dict, ctx, func, *args, **kwargs) -> CheckpointPolicy:
 
 def selective_context():
     """A fresh (forward, recompute) context pair per checkpointed call: the mm count restarts in
-    every block, as torchtitan's `selective_checkpointing_context_fn` does."""
-    return create_selective_checkpoint_contexts(partial(_policy, defaultdict(int)))
+    every block, as torchtitan's `selective_checkpointing_context_fn` does.
+
+    torch's pair looks every op of the recompute up by its call index, which fails here: the
+    FSDP2 units are the block's groups (torchtitan's: the whole block), so FSDP2's hooks run
+    inside the checkpointed region and issue other ops in the recompute than in the forward
+    (record_function, copies). The pair below hands the ops outside SAVE_OPS straight through
+    (the policy recomputes them anyway), so only the saved ops are indexed, per op as torch does.
+    """
+    forward, recompute = create_selective_checkpoint_contexts(partial(_policy, defaultdict(int)))
+    return _passing(forward), _passing(recompute)
+
+
+_PASSING: dict[type, type] = {}
+
+
+def _passing(mode):
+    """`mode` (one of torch's SAC modes) with the ops outside SAVE_OPS passed through."""
+    base = type(mode)
+    if base not in _PASSING:
+        def dispatch(self, func, types, args=(), kwargs=None):
+            if func not in SAVE_OPS:
+                return func(*args, **(kwargs or {}))
+            return base.__torch_dispatch__(self, func, types, args, kwargs)
+        _PASSING[base] = type(f"Passing{base.__name__}", (base,), {"__torch_dispatch__": dispatch})
+    mode.__class__ = _PASSING[base]
+    return mode
