@@ -135,3 +135,39 @@ def test_selective_training_matches_unchecked(grads, name):
     assert r["grads"] > 0 and r["grad_scale"] > 0
     assert r["loss"] == pytest.approx(r["loss_ref"], rel=1e-6)
     assert r["grad_diff"] <= 1e-6 * r["grad_scale"]
+
+
+# ---- osdp-sim validate of a plan with selective blocks: measured peak against the prediction ----
+
+def _validate_plan():
+    from dataclasses import replace
+    cfg = BUILTIN["llama-tiny"]
+    p = uniform_plan(cfg, "zero3", devices=8, micro_batch=8)
+    ch = {**p.choices, "block0.mlp": GroupChoice("zero2", 2, 1), "block1.attn": GroupChoice("ddp")}
+    # blocks 0 and 1 selective, block 2 full, block 3 not checkpointed
+    return replace(p, choices=ch, checkpoint=(True, True, True, False),
+                   selective=(True, True, False, False))
+
+
+@pytest.mark.slow
+def test_validate_a_selective_plan_matches_the_predicted_peak(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from osdp_sim.costmodel import estimate
+    from osdp_sim.plan import save_plan
+    from osdp_sim.records import load_record
+    hw_path = str(Path(__file__).resolve().parents[1] / "hwprofiles" / "cpu-2core-calibrated.yaml")
+    plan_file = tmp_path / "plan.json"
+    save_plan(_validate_plan(), plan_file)
+    r = subprocess.run([sys.executable, "-m", "osdp_sim.cli.main", "validate", "--hw", hw_path,
+                        "--plan", str(plan_file), "--fake-world", "8", "--warmup", "1", "--iters", "1",
+                        "--threads", "1", "--records-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (path,) = tmp_path.glob("*-n8-fake-*.json")
+    rec = load_record(path)
+    assert rec.plan.selective == (True, True, False, False)
+    job = estimate(build_spec(rec.plan.model), load_profile(hw_path).with_devices(8), rec.plan)
+    assert rec.measured_peak_memory_bytes == pytest.approx(job.peak_memory_bytes, rel=0.01)
