@@ -171,3 +171,46 @@ def test_validate_a_selective_plan_matches_the_predicted_peak(tmp_path):
     assert rec.plan.selective == (True, True, False, False)
     job = estimate(build_spec(rec.plan.model), load_profile(hw_path).with_devices(8), rec.plan)
     assert rec.measured_peak_memory_bytes == pytest.approx(job.peak_memory_bytes, rel=0.01)
+
+
+# ---- transformers' own modules (implementation "hf"): the same term ----
+
+HF_CASES = ("llama", "qwen2", "phi3", "gemma", "gpt2", "bert")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("case", HF_CASES)
+def test_transformers_selective_block_keeps_what_the_model_says(tmp_path, case, dtype):
+    transformers = pytest.importorskip("transformers")
+    from test_hf_measure import CASES as HF_CONFIGS
+    from test_hf_measure import TINY as HF_TINY
+
+    from osdp_sim.model import load_model
+    from osdp_sim.runtime.apply import blocks_of, resolve_layout
+    b, s = 2, 32
+    (tmp_path / "config.json").write_text(json.dumps({**HF_TINY, **HF_CONFIGS[case]}))
+    hf_cfg = transformers.AutoConfig.from_pretrained(str(tmp_path))
+    torch.manual_seed(0)
+    auto = transformers.AutoModelForMaskedLM if case == "bert" else transformers.AutoModelForCausalLM
+    model = auto.from_config(hf_cfg).to(dtype).train()
+    model.config.use_cache = False
+    block = [blk for _, blk in blocks_of(model, resolve_layout(model, None))][1]
+    call = {}
+    handle = block.register_forward_pre_hook(lambda m, a, k: call.update(a=a, k=k), with_kwargs=True)
+    with torch.no_grad():
+        model(input_ids=torch.randint(0, hf_cfg.vocab_size, (b, s)))
+    handle.remove()
+    checkpoint_block(block, selective=True)
+    kwargs = dict(call["k"])
+    x = (call["a"][0] if call["a"] else kwargs.pop("hidden_states")).detach().requires_grad_()
+    rest = call["a"][1:]
+    with torch.enable_grad():
+        _y, kept = kept_bytes_after_forward(lambda t: block(t, *rest, **kwargs), x)
+    spec = load_model(str(tmp_path), notes=[], seq_len=s)
+    assert spec.config.implementation == "hf"
+    plan = uniform_plan(spec.config, "zero3", devices=2, micro_batch=b, checkpoint="selective",
+                        precision="fp32" if dtype == torch.float32 else "bf16")
+    low = lower(spec, load_profile("titan8"), plan)
+    expected = (low.ckpt_bytes[1] + sum(st.sac_saved_bytes for st in low.steps if st.block == 1)
+                - spec.config.hidden * dtype.itemsize * b * s)
+    assert kept > 0 and kept == pytest.approx(expected, rel=0.01)
