@@ -269,10 +269,12 @@ def _selective_instance(rng: random.Random):
 
 
 @pytest.mark.parametrize("chunk", range(2))
-@pytest.mark.parametrize("probe", ["default", "graph"])
+@pytest.mark.parametrize("probe", ["default", "graph", "merged"])
 def test_search_with_selective_checkpointing_equals_brute_force(chunk, probe, monkeypatch):
     if probe != "default":
         monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+    if probe == "merged":
+        _merged_graphs_only(monkeypatch, 0.01)
     rng = random.Random(5000 + chunk)
     checked = with_selective = infeasible = 0
     for _ in range(20):

@@ -37,7 +37,7 @@ from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
 from osdp_sim.planner.problem import build_problem, group_shape
 from osdp_sim.planner.space import (SearchSpace, checkpoint_variants, checkpointing_allowed, devices_of,
-                                   grad_accum_of, group_choices, shard_groups_of)
+                                   grad_accum_of, shard_groups_of)
 
 SAFETY = 1.0 - 1e-9              # float rounding between this closed form and the cost model's
 
