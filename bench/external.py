@@ -35,7 +35,8 @@ GiB = 2**30
 
 STATUSES = ("counted", "needs-multi-node-profile", "out-of-scope")
 CHECKPOINTS = ("none", "full", "selective-op")
-EXPRESSIBLE = ("none", "full")
+EXPRESSIBLE = ("none", "full", "selective-op")     # selective-op: plan format 4 (issue 16)
+PLAN_CHECKPOINT = {"none": False, "full": True, "selective-op": "selective"}   # uniform_plan's values
 THROUGHPUT_TOLERANCE = 0.15      # the issue's targets: within 15% on throughput,
 ACTIVE_MEMORY_TOLERANCE = 0.05   # within 5% on memory where the source gives peak active
 # Published bounds of the 500 W H100's unknown bf16 peak (hwprofiles/h100x8-96gb-500w.yaml cites them).
@@ -285,9 +286,11 @@ def load_runs(path: str | Path) -> list[PublishedRun]:
 
 # ---- predicting -------------------------------------------------------------------------------
 
-def build_plan(cfg, mapping: PlanMapping, devices: int, checkpoint: bool):
+def build_plan(cfg, mapping: PlanMapping, devices: int, checkpoint: str | bool):
+    """checkpoint: none | full | selective-op (True / False: full / none)."""
+    ck = PLAN_CHECKPOINT[checkpoint] if isinstance(checkpoint, str) else checkpoint
     plan = uniform_plan(cfg, mapping.strategy, devices=devices, micro_batch=mapping.micro_batch,
-                        grad_accum=mapping.grad_accum, checkpoint=checkpoint, precision="bf16",
+                        grad_accum=mapping.grad_accum, checkpoint=ck, precision="bf16",
                         optimizer="adamw")
     if mapping.last_block and mapping.last_block != mapping.strategy:
         last = cfg.n_layers - 1
@@ -304,7 +307,7 @@ def live_peak_bytes(est) -> float:
 
 
 def predict(spec, cfg, hw, mapping: PlanMapping, devices: int, checkpoint: str, label: str) -> Prediction:
-    plan = build_plan(cfg, mapping, devices, checkpoint == "full")
+    plan = build_plan(cfg, mapping, devices, checkpoint)
     est = estimate(spec, hw, plan)
     return Prediction(label=label, checkpoint=checkpoint,
                       tokens_per_s_per_gpu=tokens_per_s_per_gpu(est.samples_per_s, spec.seq_len, devices),
@@ -413,6 +416,15 @@ def reference_table(comps: list[Comparison]) -> list[str]:
                          f"{p.live_peak_gib:.1f} | {_gib(m.active_gib)} | {p.reserved_gib:.1f} | "
                          f"{_gib(m.reserved_gib)} | {fits} |")
     return lines
+
+
+def _reference_section(comps: list[Comparison]) -> list[str]:
+    """The reference plans of rows the plan format cannot express (none since format 4)."""
+    rows = reference_table(comps)
+    if len(rows) <= 2:
+        return []
+    return ["For rows not expressible yet the nearest expressible plans are shown for reference only:",
+            "", *rows, ""]
 
 
 def breakdown(c: Comparison, p: Prediction) -> dict:
@@ -606,13 +618,12 @@ def render(runs: list[PublishedRun], comps: list[Comparison], runs_path: str) ->
         "",
         *results_table(counted),
         "",
-        "Selective op checkpointing (torchtitan's policy: keep the outputs of mm and SDPA, recompute every "
-        "second mm) is not in the plan format yet. For those rows the nearest expressible plans, every "
-        "block checkpointed and none, are shown for reference only; they are not predictions of the run "
-        "(a selective run lies between them in memory and recompute):",
+        "Selective op checkpointing rows are predicted as run (plan format 4, every block selective): "
+        "torchtitan's op-level policy at 820504e2, the one these runs used (outputs of mm and SDPA kept, "
+        "every second mm recomputed, biased Linears (addmm) recomputed; docs/cost-model.md, \"Selective "
+        "activation checkpointing\"). No coefficient was tuned to them.",
         "",
-        *reference_table(counted),
-        "",
+        *_reference_section(counted),
         "How the runs map onto the model (differences the plan cannot express):",
         "",
         *mapping_notes(counted),

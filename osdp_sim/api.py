@@ -67,9 +67,10 @@ def _headroom_limit(limit_bytes: float, hw: HardwareProfile, headroom) -> tuple[
 
 
 def uniform_plan(model, hardware, strategy: str = "zero3", *, micro_batch: int = 1,
-                 checkpoint: bool = False, **plan_fields) -> Plan:
-    """Every group on one strategy (ddp, zero2, zero3), on all of the profile's devices; further
-    Plan fields (grad_accum, precision, optimizer, shard_group, slices) as keywords."""
+                 checkpoint: bool | str = False, **plan_fields) -> Plan:
+    """Every group on one strategy (ddp, zero2, zero3), on all of the profile's devices;
+    checkpoint: False, True (full) or "selective" for every block; further Plan fields
+    (grad_accum, precision, optimizer, shard_group, slices) as keywords."""
     from osdp_sim.plan.plan import uniform_plan as _uniform
     spec, hw = load_model(model), load_profile(hardware)
     return _uniform(spec.config, strategy, devices=hw.device.count, micro_batch=micro_batch,

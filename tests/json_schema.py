@@ -120,6 +120,7 @@ PLAN = F(OBJECT, keys={
     "micro_batch": COUNT, "grad_accum": opt(COUNT), "reduce_every_microbatch": opt(FLAG),
     "precision": opt(TEXT), "optimizer": opt(TEXT), "groups": F(OBJECT, values=GROUP),
     "checkpoint": opt(F(ARRAY, items=COUNT)),
+    "selective": opt(F(ARRAY, items=COUNT)),      # version 4
     # carried along; these are the keys osdp-sim itself writes, others are the user's
     "notes": opt(F(OBJECT, open=True, keys={
         "made_by": opt(TEXT), "name": opt(TEXT), "hardware": opt(TEXT), "mem_limit_bytes": opt(BYTES),
@@ -251,8 +252,8 @@ SWEEP = F(OBJECT, keys={
 FORMATS = {
     "osdp-sim/estimate": ((ESTIMATE,), (1,)),
     "osdp-sim/search": ((SEARCH, SEARCH_NO_PLAN), (1,)),
-    "osdp-sim/plan": ((PLAN,), (1, 2, 3)),
-    "osdp-sim/record": ((RECORD,), (1, 2, 3)),
+    "osdp-sim/plan": ((PLAN,), (1, 2, 3, 4)),
+    "osdp-sim/record": ((RECORD,), (1, 2, 3, 4)),
     "osdp-sim/sweep": ((SWEEP,), (1,)),
 }
 

@@ -76,9 +76,29 @@ def enumerate_space(spec: ModelSpec, hw, space: SearchSpace):
         for sg in shard_groups_of(space, hw, devices):
             for root in space.roots:
                 for combo in itertools.product(choices, repeat=len(keys)):
-                    for ck in itertools.product(sorted(set(space.checkpoint)), repeat=nb):
+                    for policy, ck in _checkpoints(space, nb):
                         ch = dict(zip(keys, combo))
                         ch["root"] = GroupChoice(root)
                         yield Plan(model=spec.config, devices=devices, micro_batch=mb, choices=ch,
                                    checkpoint=ck, grad_accum=m, precision=space.precision,
-                                   optimizer=space.optimizer, shard_group=sg)
+                                   optimizer=space.optimizer, shard_group=sg,
+                                   selective=ck if policy == "selective" else ())
+
+
+def _checkpoints(space: SearchSpace, nb: int):
+    """(policy, per-block flags) as docs/search.md defines the space: the checkpointed blocks of a
+    plan are all full (True) or all selective ("selective"); each block independently takes any
+    allowed value of its plan's policy (False among them when allowed)."""
+    allowed = set(space.checkpoint)
+    seen = set()
+    for policy in ("full", "selective"):
+        mark = True if policy == "full" else "selective"
+        values = sorted({False} & allowed) + ([True] if mark in allowed else [])
+        if mark not in allowed:
+            continue
+        for ck in itertools.product(values, repeat=nb):
+            if (policy if any(ck) else "none", ck) not in seen:
+                seen.add((policy if any(ck) else "none", ck))
+                yield policy if any(ck) else "full", ck
+    if allowed == {False}:
+        yield "full", (False,) * nb

@@ -12,6 +12,7 @@ from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import build_spec
+from osdp_sim.plan.plan import GroupChoice
 
 
 def test_seg_overlap_formula():
@@ -138,3 +139,34 @@ def test_per_forward_terms_match_estimate(name):
         replace(g, activations=Activations(g.activations.elems_per_token, g.activations.fixed_bytes_per_token))
         for g in u.groups)) for u in spec.units))
     assert estimate(per_token, hw, plan).peak_memory_bytes < estimate(spec, hw, plan).peak_memory_bytes
+
+
+def _selective_spec(rng: random.Random, layers: int):
+    """gpt2 (every Linear biased: addmm, nothing saved), llama (GQA, bias-free: mms saved) or
+    qwen2-like (biased q/k/v: the MLP's mm count starts odd)."""
+    kind = rng.choice(["gpt2", "llama", "qwen2"])
+    if kind == "gpt2":
+        return random_spec(rng, layers)
+    cfg = with_overrides(BUILTIN["llama-tiny"], n_layers=layers, hidden=rng.choice([64, 128]),
+                         seq_len=rng.choice([16, 64]), vocab_size=rng.choice([256, 2048]),
+                         qkv_bias=kind == "qwen2")
+    return build_spec(cfg)
+
+
+@pytest.mark.parametrize("kind, seed", [("cuda", 2000 + s) for s in range(4)] + [("cpu", 3000)])
+def test_random_plans_with_selective_blocks_match_estimate(kind, seed):
+    rng = random.Random(seed)
+    for _ in range(20):
+        spec = _selective_spec(rng, rng.randint(1, 4))
+        hw = random_hw(rng)
+        hw = replace(hw, device=replace(hw.device, kind=kind))
+        plan = random_plan(rng, spec, hw)
+        sel = tuple(c and rng.random() < 0.6 for c in plan.checkpoint)
+        choices = dict(plan.choices)
+        for u in spec.blocks:               # check_selective: no split attention before an odd MLP
+            if sel[u.index] and u.groups[1].mm_before % 2:
+                choices[u.groups[0].plan_key] = GroupChoice("zero3")
+        plan = replace(plan, choices=choices, selective=sel)
+        e, f = estimate(spec, hw, plan), fast_estimate(spec, hw, plan)
+        assert f.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+        assert f.peak_memory_bytes == pytest.approx(e.peak_memory_bytes, rel=1e-9)

@@ -106,7 +106,7 @@ def test_a_plan_written_now(tmp_path):
     out = tmp_path / "plan.json"
     d = cli_json(["search", *TINY, "--mem-limit", "400MiB", "--json", "-o", str(out)])
     plan = json.loads(out.read_text())
-    assert (plan["format"], plan["version"]) == ("osdp-sim/plan", 3)
+    assert (plan["format"], plan["version"]) == ("osdp-sim/plan", 4)
     assert validate(plan) == [] and plan == d["plan"] | {"notes": plan["notes"]}
 
 

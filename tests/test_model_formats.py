@@ -27,8 +27,8 @@ RECORDS = sorted(p for p in (ROOT / "validate" / "records").rglob("*.json") if n
 
 
 def test_versions_bumped():
-    assert PLAN_VERSION == 3 and RECORD_VERSION == 3
-    assert MODEL_FIELDS[3] == ModelConfig.field_names()       # the newest version holds every field
+    assert PLAN_VERSION == 4 and RECORD_VERSION == 4
+    assert MODEL_FIELDS[4] == MODEL_FIELDS[3] == ModelConfig.field_names()       # the newest version holds every field
 
 
 @pytest.mark.parametrize("path", PLANS_V2, ids=[p.name for p in PLANS_V2])
@@ -38,7 +38,7 @@ def test_format_2_plans_load_as_the_runtime_modules_and_keep_their_hash(path):
     assert d["version"] == 2 and "implementation" not in d["model"]
     plan = load_plan(path)
     assert plan.model.implementation == "osdp"        # what a format 2 prediction used
-    assert plan_to_dict(plan)["version"] == 3
+    assert plan_to_dict(plan)["version"] == 4
     assert plan_hash(plan) == d["notes"]["plan_hash_at_format_2"]
     # The same model as transformers runs it is another plan: another name.
     hf = dict(d, version=3, model=dict(d["model"], implementation="hf"))
@@ -66,7 +66,7 @@ def test_config_json_plan_keeps_hf_through_a_round_trip(tmp_path):
     cfg = load_model_config(str(ROOT / "tests" / "data" / "hf" / "qwen2-7b"), notes=[], seq_len=512)
     plan = uniform_plan(cfg, "zero3", devices=2, micro_batch=1)
     d = plan_to_dict(plan)
-    assert d["version"] == 3 and d["model"]["implementation"] == "hf"
+    assert d["version"] == 4 and d["model"]["implementation"] == "hf"
     (tmp_path / "p.json").write_text(json.dumps(d))
     assert load_plan(tmp_path / "p.json") == plan
     from osdp_sim.records.record import plan_identity
@@ -105,7 +105,7 @@ def test_committed_records_load(path):
 def test_new_plan_holds_every_model_field(tmp_path):
     plan = uniform_plan(load_model_config("llama-tiny"), "zero3", devices=2, micro_batch=1)
     d = plan_to_dict(plan)
-    assert d["version"] == 3 and d["model"]["source"] == "builtin:llama-tiny"
+    assert d["version"] == 4 and d["model"]["source"] == "builtin:llama-tiny"
     assert d["model"]["implementation"] == "osdp"
     assert d["model"]["qkv_bias"] is False and d["model"]["mlp_kind"] == "swiglu"
     (tmp_path / "p.json").write_text(json.dumps(d))

@@ -167,3 +167,59 @@ def test_a_layer_count_that_does_not_match_the_groups_is_named_without_building_
     f.write_text(json.dumps(d))
     with pytest.raises(UserError, match=r"plan\.json: model\.n_layers: must be a whole number in 1\.\.100000"):
         load_plan(f)
+
+
+# ---- format 4: selective activation checkpointing (issue 16) ----
+
+def test_selective_blocks_round_trip_and_are_written_as_indices(tmp_path):
+    plan = uniform_plan(CFG, "zero3", devices=2, micro_batch=2, checkpoint=True)
+    plan = plan.with_choices(selective=(True, False, True, False))
+    save_plan(plan, tmp_path / "p.json")
+    d = json.loads((tmp_path / "p.json").read_text())
+    assert d["version"] == 4 and d["selective"] == [0, 2] and d["checkpoint"] == [0, 1, 2, 3]
+    back = load_plan(tmp_path / "p.json")
+    assert back == plan
+    assert [back.checkpoint_policy(i) for i in range(4)] == ["selective", "full", "selective", "full"]
+
+
+def test_a_plan_without_selective_blocks_has_no_selective_key():
+    d = plan_to_dict(uniform_plan(CFG, "zero3", devices=2, micro_batch=2, checkpoint=True))
+    assert "selective" not in d
+
+
+@pytest.mark.parametrize("value,needle", [([5], "not in checkpoint"), ([True], "block indices"),
+                                          ("0", "block indices")])
+def test_bad_selective_lists_are_named(tmp_path, value, needle):
+    d = _good()
+    d["checkpoint"] = [0, 1]
+    d["selective"] = value
+    (tmp_path / "p.json").write_text(json.dumps(d))
+    with pytest.raises(UserError) as e:
+        load_plan(tmp_path / "p.json")
+    assert "selective" in str(e.value) and needle in str(e.value) and "p.json" in str(e.value)
+
+
+def test_a_format_3_file_cannot_say_selective(tmp_path):
+    d = _good()
+    d["version"] = 3
+    d["selective"] = [0]
+    (tmp_path / "p.json").write_text(json.dumps(d))
+    with pytest.raises(UserError, match="selective"):
+        load_plan(tmp_path / "p.json")
+
+
+def test_format_3_fixture_loads_with_full_checkpointing():
+    from pathlib import Path
+    path = Path(__file__).parent / "data" / "plan-v3" / "llama-tiny-mixed-ckpt.json"
+    assert json.loads(path.read_text())["version"] == 3
+    plan = load_plan(path)
+    assert plan.checkpoint == (True, False, False, False)
+    assert plan.selective == (False,) * 4 and plan.checkpoint_policy(0) == "full"
+    assert plan.choices["block0.mlp"] == GroupChoice("zero2", 2, 1)
+
+
+def test_selective_needs_a_checkpointed_block():
+    plan = uniform_plan(CFG, "zero3", devices=2, micro_batch=2)
+    with pytest.raises(ValueError, match="checkpointed"):
+        plan.with_choices(selective=(True, False, False, False))
+    assert uniform_plan(CFG, "zero3", devices=2, micro_batch=2, checkpoint="selective").selective == (True,) * 4

@@ -55,7 +55,7 @@ def test_build_record_measured_predicted_and_errors():
     assert m["losses"]["mean"] == [5.5, 4.0, 3.0, 2.0, 1.5]
     assert rec["errors"]["iteration_time_rel"] == pytest.approx((2.6 - 6.5 / 3) / (6.5 / 3))
     assert rec["errors"]["peak_memory_rel"] == pytest.approx((900 - 1200) / 1200)
-    assert rec["format"] == "osdp-sim/record" and rec["version"] == 3
+    assert rec["format"] == "osdp-sim/record" and rec["version"] == 4
 
 
 def test_round_trip(tmp_path):

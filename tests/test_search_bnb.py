@@ -244,3 +244,56 @@ def test_gap_tolerance_must_be_below_one():
     spec = build_spec(with_overrides(BUILTIN["gpt2-1.5b"], n_layers=2))
     with pytest.raises(UserError, match="gap tolerance"):
         search(spec, hw, 4 * 2**30, SearchSpace(micro_batches=(1,)), rel_gap=1.0)
+
+
+def _selective_instance(rng: random.Random):
+    """Small spaces with selective checkpointing: llama (bias-free: SAC saves mms, and split
+    slices change what it saves) or gpt2 (all addmm), 2 blocks."""
+    if rng.random() < 0.6:
+        cfg = with_overrides(BUILTIN["llama-tiny"], n_layers=2, hidden=rng.choice([64, 128]),
+                             seq_len=rng.choice([16, 64, 128]), vocab_size=rng.choice([256, 2048]))
+        spec = build_spec(cfg)
+    else:
+        spec = random_spec(rng, 2)
+    hw = random_hw(rng)
+    while True:
+        strategies = tuple(s for s in STRATEGIES if rng.random() < 0.5) or ("zero3",)
+        space = SearchSpace(strategies=strategies, splits=rng.choice([(1,), (1, 2)]),
+                            checkpoint=rng.choice([(False, "selective"), (False, True, "selective"),
+                                                   ("selective",), (True, "selective")]),
+                            micro_batches=rng.choice([(1,), (2,), (1, 4)]),
+                            root_strategies=(rng.choice(STRATEGIES),),
+                            precision=rng.choice(["bf16", "fp32"]))
+        if len(group_choices(space)) ** 4 * len(space.micro_batches) <= 600:
+            return spec, hw, space
+
+
+@pytest.mark.parametrize("chunk", range(2))
+@pytest.mark.parametrize("probe", ["default", "graph", "merged"])
+def test_search_with_selective_checkpointing_equals_brute_force(chunk, probe, monkeypatch):
+    if probe != "default":
+        monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+    if probe == "merged":
+        _merged_graphs_only(monkeypatch, 0.01)
+    rng = random.Random(5000 + chunk)
+    checked = with_selective = infeasible = 0
+    for _ in range(20):
+        spec, hw, space = _selective_instance(rng)
+        plans = _brute(spec, hw, space)
+        peaks = sorted(p[1] for p in plans)
+        limit = peaks[0] * 0.98 if rng.random() < 0.1 else peaks[rng.randrange(len(peaks))]
+        feas = sorted((p for p in plans if p[1] <= limit), key=lambda p: -p[0])
+        res = search(spec, hw, limit, space, cache={})
+        if not feas:
+            infeasible += 1
+            assert res.status == "infeasible"
+            assert res.min_peak_memory_bytes == pytest.approx(peaks[0], rel=1e-9)
+            continue
+        checked += 1
+        assert res.status == "optimal"
+        assert res.estimate.samples_per_s == pytest.approx(feas[0][0], rel=1e-9)
+        assert res.estimate.peak_memory_bytes <= limit
+        assert not (any(res.plan.selective) and not all(
+            s for s, c in zip(res.plan.selective, res.plan.checkpoint) if c))   # one policy per plan
+        with_selective += any(res.plan.selective)
+    assert checked > 0 and with_selective > 0

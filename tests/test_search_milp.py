@@ -24,7 +24,7 @@ NS = 1e-9
 def _terms(steps, ck, m):
     """Time and bytes of one group choice, from its steps (written out again, not imported)."""
     t = m * sum(st.f + (st.agf or 0.0) + st.b + sum(w for (w, *_r) in (st.rs or ()))
-                + (st.agb if st.z3 else 0.0) + (st.recompute if ck else 0.0) for st in steps)
+                + (st.agb if st.z3 else 0.0) + (st.rc if ck else 0.0) for st in steps)
     t += sum(st.opt for st in steps)
     mem = sum(st.res + (st.gath if st.agf is not None and not st.z3 else 0.0) + (0.0 if ck else st.act)
               for st in steps)

@@ -24,7 +24,9 @@ def add_arguments(p) -> None:
     p.add_argument("--grad-accum", type=positive_int, help="gradient accumulation steps (default 1)")
     p.add_argument("--precision", choices=("fp32", "bf16"), help="default bf16")
     p.add_argument("--optimizer", choices=("adamw", "sgd"), help="default adamw")
-    p.add_argument("--checkpoint", action="store_true", help="activation checkpointing on every block")
+    p.add_argument("--checkpoint", nargs="?", const="full", choices=("full", "selective"),
+                   help="activation checkpointing on every block: full recompute (the default "
+                        "when given bare) or selective (torchtitan's op-level policy)")
     p.add_argument("--shard-group", type=positive_int, help="hybrid sharding: shard within groups of this size")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--timeline", action="store_true", help="with --json: include the simulated task timeline")
@@ -77,7 +79,7 @@ def _plan(args, hw):
         raise UserError("has no effect with --strategy ddp (nothing is sharded); drop it or use zero2/zero3",
                         field="--shard-group")
     plan = uniform_plan(cfg, args.strategy, devices=devices, micro_batch=args.micro_batch,
-                        checkpoint=args.checkpoint, grad_accum=args.grad_accum or 1,
+                        checkpoint=args.checkpoint or False, grad_accum=args.grad_accum or 1,
                         precision=args.precision or "bf16", optimizer=args.optimizer or "adamw",
                         shard_group=shard)
     return plan, hw
@@ -120,7 +122,8 @@ def format_estimate(spec, hw, plan, est) -> str:
         f"hardware   {hw.name}: {plan.devices} x {hw.device.name}, usable {format_bytes(hw.device.usable_memory_bytes)} each",
         f"plan       {', '.join(strategies)}; micro-batch {plan.micro_batch} x accum {plan.grad_accum}; "
         f"{plan.precision}; {plan.optimizer}; shard group {plan.shard_size}; "
-        f"checkpointed blocks {sum(plan.checkpoint)}/{len(plan.checkpoint)}",
+        f"checkpointed blocks {sum(plan.checkpoint)}/{len(plan.checkpoint)}"
+        + (f" ({sum(plan.selective)} selective)" if any(plan.selective) else ""),
         "",
         f"peak memory per device   {format_bytes(est.peak_memory_bytes):>12}   (during {est.peak_during})",
     ]

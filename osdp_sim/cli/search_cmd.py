@@ -14,6 +14,7 @@ from osdp_sim.planner.bnb import DEFAULT_TIME_LIMIT_S
 from osdp_sim.planner.budget import Budget
 from osdp_sim.planner.mbbound import fewest_devices_for_states, states_floor_bytes
 from osdp_sim.planner.keygraph import GraphCaps
+from osdp_sim.planner.space import checkpointing_allowed
 from osdp_sim.units import format_bytes, parse_bytes
 
 
@@ -34,6 +35,9 @@ def add_space_arguments(p) -> None:
                    help="operator-splitting granularities k to try, comma-separated (default: 1,2,4,8)")
     p.add_argument("--no-split", action="store_true", help="no operator splitting (same as --splits 1)")
     p.add_argument("--no-checkpoint", action="store_true", help="never use activation checkpointing")
+    p.add_argument("--checkpoint-policy", choices=("full", "selective", "both"), default="full",
+                   help="how checkpointed blocks recompute: full, selective (torchtitan's op-level "
+                        "policy) or both (each configuration searched with either; default full)")
     p.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
     p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
     p.add_argument("--shard-group", type=positive_int, metavar="S",
@@ -124,7 +128,9 @@ def build_space(args, spec, hw):
         raise UserError(f"no micro-batch of {', '.join(map(str, mbs))} x {devices} devices divides "
                         f"--global-batch {args.global_batch}", field="--micro-batch")
     return SearchSpace(strategies=strategies, splits=tuple(sorted(splits)),
-                       checkpoint=(False,) if args.no_checkpoint else (False, True),
+                       checkpoint=(False,) if args.no_checkpoint else
+                       {"full": (False, True), "selective": (False, "selective"),
+                        "both": (False, True, "selective")}[args.checkpoint_policy],
                        micro_batches=tuple(sorted(mbs)) if mbs else None,
                        global_batch=args.global_batch,
                        shard_groups=(args.shard_group,) if args.shard_group else None,
@@ -139,7 +145,7 @@ def describe_space(space, hw) -> str:
     groups = shard_groups_of(space, hw, n)
     return (f"{space.precision}, {space.optimizer}; strategies {','.join(space.strategies)}; "
             f"splits {','.join(map(str, space.splits))}; checkpointing "
-            f"{'allowed' if True in space.checkpoint else 'off'}; micro-batches {mbs}"
+            f"{_checkpointing_label(space)}; micro-batches {mbs}"
             + (f"; global batch {space.global_batch}" if space.global_batch else "")
             + (f"; shard groups {','.join(map(str, groups))}" if groups != (n,) else ""))
 
@@ -335,7 +341,7 @@ def _relaxations(spec, hw, space, profile, deadline: float | None = None):
     from osdp_sim.planner.space import devices_of, shard_groups_of
     n = devices_of(space, hw)
     tried = []
-    if True not in space.checkpoint:
+    if not checkpointing_allowed(space):
         tried.append(("allowing checkpointing (drop --no-checkpoint)", hw, replace(space, checkpoint=(False, True))))
     if space.micro_batches is not None and min(space.micro_batches) > 1:
         tried.append(("micro-batch 1", hw, replace(space, micro_batches=(1,), global_batch=None)))
@@ -361,3 +367,11 @@ def _relaxations(spec, hw, space, profile, deadline: float | None = None):
         elif mp.plan is not None:
             out.append((label, estimate(spec, h, mp.plan).peak_memory_bytes, False))
     return out
+
+
+def _checkpointing_label(space) -> str:
+    if not checkpointing_allowed(space):
+        return "off"
+    policies = [p for p, on in (("full", True in space.checkpoint),
+                                ("selective", "selective" in space.checkpoint)) if on]
+    return "allowed (" + ", ".join(policies) + ")"

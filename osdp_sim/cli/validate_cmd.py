@@ -29,7 +29,9 @@ def add_arguments(p) -> None:
     p.add_argument("--grad-accum", type=positive_int, help="with --strategy (default 1)")
     p.add_argument("--precision", choices=("fp32", "bf16"), help="with --strategy (default bf16)")
     p.add_argument("--optimizer", choices=("adamw", "sgd"), help="with --strategy (default adamw)")
-    p.add_argument("--checkpoint", action="store_true", help="with --strategy: checkpoint every block")
+    p.add_argument("--checkpoint", nargs="?", const="full", choices=("full", "selective"),
+                   help="with --strategy: checkpoint every block, full recompute (bare) or selective "
+                        "(torchtitan's op-level policy)")
     p.add_argument("--nproc", type=positive_int,
                    help="ranks to start (default and required: the plan's device count)")
     p.add_argument("--device", choices=("cpu", "cuda"),
@@ -76,7 +78,7 @@ def _plan(args, hw, nproc_default: int):
         from osdp_sim.model.load import load_model_config
         cfg = load_model_config(args.model, seq_len=args.seq_len)
         plan = uniform_plan(cfg, args.strategy, devices=args.nproc or nproc_default,
-                            micro_batch=args.micro_batch, checkpoint=args.checkpoint,
+                            micro_batch=args.micro_batch, checkpoint=args.checkpoint or False,
                             grad_accum=args.grad_accum or 1, precision=args.precision or "bf16",
                             optimizer=args.optimizer or "adamw",
                             notes={"made_by": "osdp-sim validate --strategy"})

@@ -27,11 +27,11 @@ computation on one plan; tests/test_costmodel_fast.py checks it against estimate
 Scope: reduce_every_microbatch=True plans (the search space); anything else raises ValueError.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
-from osdp_sim.costmodel.lowering import (_lower_group, optimizer_temp_sums, root_step, root_unit,
-                                         unit_optimizer_s)
+from osdp_sim.costmodel.lowering import (_lower_group, check_selective, optimizer_temp_sums, root_step,
+                                         root_unit, unit_optimizer_s)
 from osdp_sim.costmodel.states import compute_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
@@ -75,11 +75,9 @@ class StepCost:
     pm: float                     # its unit's optimizer temporary (CommUnit.optimizer_temp_bytes)
     opt: float                    # its unit's share of the optimizer step time
     copy: bool = False            # a ddp unit: its backward "gather" allocates at its user's start
-    rf: float = -1.0              # its forward inside a checkpointed block's recompute (< 0: f)
-
-    @property
-    def recompute(self) -> float:
-        return self.f if self.rf < 0 else self.rf
+    rc: float = 0.0               # its recompute work when its block is checkpointed (Config.selective
+                                  # says full (= f) or selective)
+    sk: float = 0.0               # kept by a selectively checkpointed block for it (saved mm outputs)
 
     @cached_property
     def pending(self) -> "Pending":
@@ -103,15 +101,18 @@ class Config:
     precision: str
     optimizer: str
     root: str                     # root strategy
+    selective: bool = False       # checkpointed blocks use selective (op-level) checkpointing
 
     def plan(self, spec: ModelSpec, choices: dict, checkpoint: tuple) -> Plan:
         return Plan(model=spec.config, devices=self.devices, micro_batch=self.micro_batch,
                     choices=choices, checkpoint=checkpoint, grad_accum=self.grad_accum,
                     precision=self.precision, optimizer=self.optimizer,
-                    shard_group=self.shard_group)
+                    shard_group=self.shard_group,
+                    selective=tuple(checkpoint) if self.selective else ())
 
 
 def config_of(plan: Plan) -> Config:
+    """The plan's configuration; `selective` is per block in a plan (block_stages reads it)."""
     return Config(plan.devices, plan.micro_batch, plan.grad_accum, plan.shard_size, plan.precision,
                   plan.optimizer, plan.choices["root"].strategy)
 
@@ -149,7 +150,8 @@ def group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: HardwarePr
             agb=u.all_gather_s, act=s.act_bytes, ft=s.fwd_temp_bytes, ag=s.act_grad_bytes,
             bt=s.bwd_temp_bytes, ug=u.unsharded_grad_bytes, free_gath=True,
             rs=_rs_items(u, cfg.grad_accum > 1), res=res, pm=pm, opt=opt, copy=u.strategy == "ddp",
-            rf=s.recompute_work_s))
+            rc=s.sac_recompute_s if cfg.selective else s.recompute_work_s,
+            sk=s.sac_saved_bytes if cfg.selective else 0.0))
     return tuple(out)
 
 
@@ -358,7 +360,7 @@ class StageOut:
 
 
 def _kept(st: StepCost, ckpt: bool, first: bool, ck: float) -> float:
-    k = 0.0 if ckpt else st.act
+    k = st.sk if ckpt else st.act
     if ckpt and first:
         k += ck
     if st.agf is not None and not st.z3:
@@ -408,6 +410,8 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum
             local = ck + max(0.0, st.act - ck)
         else:
             local = st.act
+        if ckpt:
+            local += st.sk
         local += st.ft + (st.gath if st.agf is not None else 0.0)
         local += nxt_gath if nxt_agf is not None else 0.0
         o_v = max(o_v, res_n + prefix + local)
@@ -439,21 +443,23 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum
         ags = tuple(_bwd_gather(st) for st in steps if st.z3)
         o_y = run(pend.b, pend.start, pend.end, pend.items + ags,
                   len(pend.items) + len(ags) - 1 if ags else None)
-        o_y = max(o_y, run(sum(st.recompute for st in steps), (-ck, sum(st.act for st in steps), _copies(steps)),
+        o_y = max(o_y, run(sum(st.rc for st in steps), (-ck - sum(st.sk for st in steps),
+                                                        sum(st.act for st in steps), _copies(steps)),
                            0.0, (), None))
         o_y = max(o_y, chain(st.pending for st in steps[:0:-1]))
     elif kind == "ckmlp":
         ags = tuple(_bwd_gather(st) for st in steps if st.z3)
         o_y = run(pend.b, pend.start, pend.end, pend.items + ags, len(pend.items) + len(ags) - 1)
         o_m1 = y                     # after the last gather's allocation nothing else happens
-        o_m2 = run(sum(st.recompute for st in steps), (-ck, sum(st.act for st in steps), _copies(steps)),
+        o_m2 = run(sum(st.rc for st in steps), (-ck - sum(st.sk for st in steps),
+                                                sum(st.act for st in steps), _copies(steps)),
                    0.0, (), None)
         o_m2 = max(o_m2, chain(st.pending for st in steps[:0:-1]))
     elif kind == "ckattn":
         # its gathers are allocated before the recompute starts (m1), its ddp copies with it (m2)
         g_a = sum(st.gath for st in steps if st.z3) - _copies(steps)
-        p_a = g_a + _copies(steps) + sum(st.act for st in steps)
-        dt += sum(st.agb for st in steps if st.z3) + sum(st.recompute for st in steps)
+        p_a = g_a + _copies(steps) + sum(st.act - st.sk for st in steps)
+        dt += sum(st.agb for st in steps if st.z3) + sum(st.rc for st in steps)
         y += p_a
         o_y = chain([pend] + [st.pending for st in steps[:0:-1]])
     elif kind == "group":
@@ -537,9 +543,11 @@ def block_stages(spec: ModelSpec, plan: Plan, hw: HardwareProfile, cfg: Config):
     tokens = cfg.micro_batch * spec.seq_len
     out = []
     for unit in reversed(spec.blocks):
-        per = [group_steps(g, plan.choices[g.plan_key], spec, hw, cfg) for g in unit.groups]
+        sel = plan.selective[unit.index]
+        bcfg = replace(cfg, selective=sel)
+        per = [group_steps(g, plan.choices[g.plan_key], spec, hw, bcfg) for g in unit.groups]
         if plan.checkpoint[unit.index]:
-            ck = unit.ckpt_activations.bytes_for(cb, tokens)
+            ck = (unit.sac_activations if sel else unit.ckpt_activations).bytes_for(cb, tokens)
             out.append([("ckmlp", per[1], ck), ("ckattn", per[0], ck), ("ckpt", per[0] + per[1], ck)])
         else:
             out.append([("group", per[1], 0.0), ("group", per[0], 0.0)])
@@ -549,6 +557,7 @@ def block_stages(spec: ModelSpec, plan: Plan, hw: HardwareProfile, cfg: Config):
 def fast_estimate(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> FastEstimate:
     if plan.grad_accum > 1 and not plan.reduce_every_microbatch:
         raise ValueError("fast_estimate covers reduce_every_microbatch=True only")
+    check_selective(spec, plan)
     cfg = config_of(plan)
     s = hw.overlap_slowdown
     m = plan.grad_accum

@@ -74,7 +74,9 @@ class Step:
     fwd_temp_bytes: float = 0.0   # transient during its forward only (the logits)
     bwd_temp_bytes: float = 0.0   # transient during its backward only (gradient of the logits)
     recompute_s: float = -1.0     # its forward again inside a checkpointed block's recompute
-                                  # (no FSDP2 hooks); < 0: same as fwd_s
+                                  # (no FSDP2 collective calls); < 0: same as fwd_s
+    sac_recompute_s: float = 0.0  # its recompute when its block is selectively checkpointed
+    sac_saved_bytes: float = 0.0  # mm outputs a selectively checkpointed block keeps for it
 
     @property
     def recompute_work_s(self) -> float:
@@ -85,11 +87,13 @@ class Step:
 class Lowered:
     units: tuple[CommUnit, ...]
     steps: tuple[Step, ...]
-    ckpt_bytes: dict              # block -> bytes a checkpointed block keeps (its input)
+    ckpt_bytes: dict              # block -> bytes a checkpointed block keeps (its input; if
+                                  # selective also SDPA's outputs, its steps' sac_saved_bytes aside)
     checkpoint: tuple[bool, ...]
     optimizer_s: float
     optimizer_temp_bytes: float
     tokens: int                   # per micro-batch per device
+    selective: tuple[bool, ...] = ()   # per block, as Plan.selective
 
 
 def _scope(n: int, hw: HardwareProfile) -> str:
@@ -291,7 +295,27 @@ def root_step(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, plan: Plan, root
                 bwd_temp_bytes=logits * (4 + 4) if head else 0.0)
 
 
+def check_selective(spec: ModelSpec, plan: Plan) -> None:
+    """One-line UserError for selective blocks the model does not cover."""
+    if not any(plan.selective):
+        return
+    from osdp_sim.errors import UserError
+    from osdp_sim.model.spec import selective_supported
+    why = selective_supported(spec.config)
+    if why:
+        raise UserError(why, source=spec.config.source or spec.name, field="selective")
+    for u in spec.blocks:
+        attn, mlp = u.groups
+        if plan.selective[u.index] and mlp.mm_before % 2 and plan.choices[attn.plan_key].is_split:
+            # a split attention makes the MLP's mm count even: another saved set than modelled
+            raise UserError(f"block {u.index}: selective checkpointing with a split attention is not "
+                            f"modelled for {spec.name!r} (an odd number of bias-free attention "
+                            "Linears); leave the attention unsplit or checkpoint fully",
+                            source=spec.config.source or spec.name, field="selective")
+
+
 def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
+    check_selective(spec, plan)
     cfg = spec.config
     tokens = plan.micro_batch * cfg.seq_len
     cb = compute_bytes(plan.precision)
@@ -307,14 +331,16 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
             act = g.activations.bytes_for(cb, tokens)
             steps.extend(_lower_group(spec, g, unit.index, hw, plan, units, tokens, act, act_grad))
 
-    ckpt_bytes = {u.index: u.ckpt_activations.bytes_for(cb, tokens) for u in spec.blocks}
+    sel = plan.selective
+    ckpt_bytes = {u.index: (u.sac_activations if sel[u.index] else u.ckpt_activations).bytes_for(cb, tokens)
+                  for u in spec.blocks}
     optimizer_s = sum(unit_optimizer_s(hw, u, plan.optimizer) for u in units)
     # The optimizer's temporaries: every unit's at once under foreach AdamW (CUDA), else the
     # largest unit's (make_unit; on CPU two fp32 tensors the size of its largest local tensor).
     temps = [u.optimizer_temp_bytes for u in units]
     optimizer_temp = sum(temps) if optimizer_temp_sums(hw, plan.optimizer) else max(temps)
     return Lowered(tuple(units), tuple(steps), ckpt_bytes, plan.checkpoint, optimizer_s,
-                   optimizer_temp, tokens)
+                   optimizer_temp, tokens, sel)
 
 
 def _root_step_times(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: int,
@@ -373,9 +399,10 @@ def _lower_group(spec: ModelSpec, g: OpGroup, block: int, hw: HardwareProfile, p
         units.append(make_unit(g.name, g.plan_key, c.strategy, g.param_count, hw, plan,
                                largest_tensor=largest_tensor(g), tensors=tensors))
         u = units[-1]
-        return [_step(hw, g.name, len(units) - 1, u, block,
-                      t.fixed_fwd_s + sum(t.slice_fwd_s.values()), t.fixed_bwd_s + sum(t.slice_bwd_s.values()),
-                      t.host_fwd_s, t.host_bwd_s, act, act_grad, bwd_temp)]
+        steps = [_step(hw, g.name, len(units) - 1, u, block,
+                       t.fixed_fwd_s + sum(t.slice_fwd_s.values()), t.fixed_bwd_s + sum(t.slice_bwd_s.values()),
+                       t.host_fwd_s, t.host_bwd_s, act, act_grad, bwd_temp)]
+        return selective_recompute(hw, g, c, steps, t, [t.host_fwd_s], tokens * compute_bytes(dtype))
 
     # Replicated part: norms, biases, the k - j unsharded slices of every Linear.
     rep_params = g.param_count - g.splittable_params * j / k
@@ -400,4 +427,36 @@ def _lower_group(spec: ModelSpec, g: OpGroup, block: int, hw: HardwareProfile, p
                                    largest_tensor=lin.weight_params / k))
             steps.append(_step(hw, name, len(units) - 1, units[-1], block, t.slice_fwd_s[lin.name],
                                t.slice_bwd_s[lin.name], slice_host_f, slice_host_b, 0.0, 0.0))
-    return steps
+    hosts = [max(0.0, t.host_fwd_s - shared_f)] + [slice_host_f] * (len(steps) - 1)
+    return selective_recompute(hw, g, c, steps, t, hosts, tokens * compute_bytes(dtype))
+
+
+def selective_recompute(hw: HardwareProfile, g: OpGroup, c, steps: list[Step], t: GroupTimes,
+                        hosts: list[float], out_bytes_per_feature: float) -> list[Step]:
+    """`steps` (one group, _lower_group's order: the group's step, then each Linear's sharded
+    slices) with what selective checkpointing (torchtitan 820504e2's op policy,
+    runtime/selective.py) recomputes and keeps: it recomputes the memory-bound work and every mm
+    it does not save, never the attention kernel (SDPA's outputs are saved); it keeps the outputs
+    of the 1st, 3rd, ... aten.mm of the block (a biased unsplit Linear is an addmm: recomputed,
+    kept nothing, not counted). The host dispatches every forward op again (`hosts`, per step;
+    a saved op's output comes from the cache), no collective call. `out_bytes_per_feature`:
+    tokens x compute-dtype bytes."""
+    from osdp_sim.model.spec import mm_calls, mm_saved
+    k, j = c.slices, c.sharded_slices
+    slice_s = t.slice_fwd_s
+    before = g.mm_before
+    rc = [0.0] * len(steps)
+    kept = [0.0] * len(steps)
+    rc[0] = t.fixed_fwd_s - t.attention_fwd_s
+    for li, lin in enumerate(g.linears):
+        calls = mm_calls(lin, k)
+        for s in range(max(calls, 1)):
+            # slice s of a split Linear runs in step 1 + li * j + s if sharded, else in step 0
+            at = 1 + li * j + s if c.is_split and s < j else 0
+            if calls and mm_saved(before + s):
+                kept[at] += lin.out_features * out_bytes_per_feature
+            else:
+                rc[at] += slice_s[lin.name]
+        before += calls
+    return [replace(st, sac_recompute_s=task_time_s(hw, r, h), sac_saved_bytes=b)
+            for st, r, h, b in zip(steps, rc, hosts, kept)]

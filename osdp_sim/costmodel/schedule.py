@@ -6,7 +6,8 @@ ZeRO-3 units free their gathered copy when their forward ends; ZeRO-2 and the ro
 their backward ends. Backward runs the steps in reverse: a ZeRO-3 unit is gathered again,
 prefetched one step ahead (issued when the previous backward step starts; a ddp unit's copy is
 made when its own step starts); a checkpointed block first recomputes its forward, which needs
-all of its units gathered. A unit's unsharded gradient appears when its first backward step ends.
+all of its units gathered (a selectively checkpointed one recomputes only what it did not save).
+A unit's unsharded gradient appears when its first backward step ends.
 When a unit's last backward step ends its gradients are reduce-scattered (all-reduced for ddp
 units), then, with hybrid sharding, all-reduced across shard groups. Gathers and reductions share
 one communication stream in issue order. The optimizer step follows the last reduction.
@@ -80,12 +81,15 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
         ckpt = s.block >= 0 and low.checkpoint[s.block]
         if ckpt:
             # The checkpoint keeps the block input, which the first step would otherwise save
-            # itself; everything else is live only inside the forward.
+            # itself; everything else is live only inside the forward (selective: but for the
+            # outputs of the ops it saves, SDPA's with the input, each step's mms with it).
             transient = s.act_bytes
             if s.block not in block_of_ckpt_start:
                 block_of_ckpt_start[s.block] = t
                 mem(t, "start", low.ckpt_bytes[s.block], "activations")
                 transient = max(0.0, transient - low.ckpt_bytes[s.block])
+            if _selective(low, s.block):
+                mem(t, "start", s.sac_saved_bytes, "activations")
             mem(t, "start", transient, "activations")
             mem(t, "end", -transient, "activations")
         else:
@@ -146,8 +150,9 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
                     deps.append((ag, "end"))
                 elif steps[j].unit in gathered:
                     deps.append((gathered[steps[j].unit], "end"))
-            rc = add(Task(f"recompute block{s.block}", "compute",
-                          sum(steps[j].recompute_work_s for j in block_steps[s.block]), "recompute", tuple(deps)))
+            sel = _selective(low, s.block)
+            work = sum(steps[j].sac_recompute_s if sel else steps[j].recompute_work_s for j in block_steps[s.block])
+            rc = add(Task(f"recompute block{s.block}", "compute", work, "recompute", tuple(deps)))
             for j in block_steps[s.block]:
                 allocate_copy(steps[j].unit, rc)
             # Recompute re-saves the block's activations; the input it saves is the tensor the
@@ -155,6 +160,11 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
             for j in block_steps[s.block]:
                 mem(rc, "start", steps[j].act_bytes, "activations")
             mem(rc, "start", -low.ckpt_bytes[s.block], "activations")
+            if sel:
+                # the saved outputs go back into the recomputed graph: the block is at its
+                # unchecked size again, as after a full recompute
+                mem(rc, "start", -sum(steps[j].sac_saved_bytes for j in block_steps[s.block]),
+                    "activations")
             prev = rc
         deps = []
         ag = gather_for_backward(s.unit, prev)
@@ -189,6 +199,10 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
         mem(op, "start", low.optimizer_temp_bytes, "temporaries")
         mem(op, "end", -low.optimizer_temp_bytes, "temporaries")
     return StepSchedule(tasks, events)
+
+
+def _selective(low: Lowered, block: int) -> bool:
+    return bool(low.selective) and low.selective[block]
 
 
 def _gather_kind(u) -> str:

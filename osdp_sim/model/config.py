@@ -166,6 +166,7 @@ V2_FIELDS = V1_FIELDS + ("head_size", "qkv_bias", "attn_out_bias", "mlp_bias", "
                          "norm_kind", "fused_qkv", "fused_gate_up", "sliding_window", "n_experts",
                          "top_k", "source")
 MODEL_FIELDS = {1: V1_FIELDS, 2: V2_FIELDS, 3: V2_FIELDS + ("implementation", "described")}
+MODEL_FIELDS[4] = MODEL_FIELDS[3]   # version 4 changed the plan (selective checkpointing), not the model
 MODEL_FORMAT_VERSION = max(MODEL_FIELDS)
 
 

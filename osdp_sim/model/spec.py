@@ -94,6 +94,10 @@ class OpGroup:
     bwd_temp: Activations = Activations()
     """Per token: what the group's backward holds beyond its saved tensors and the gradients
     flowing in and out (described models measure it; the built-in families' is 0)."""
+    mm_before: int = 0
+    """aten.mm calls earlier in its block's forward with every group unsplit (the attention's
+    bias-free Linears, for the MLP): their parity decides which of this group's mms selective
+    checkpointing saves (mm_saved)."""
 
     @property
     def param_count(self) -> int:
@@ -118,6 +122,10 @@ class Unit:
     index: int                     # block index; -1 for embed and head
     groups: tuple[OpGroup, ...]
     ckpt_activations: Activations  # kept for backward when the block is checkpointed
+    sac_activations: Activations = Activations()
+    """Kept when the block is selectively checkpointed, beyond the saved mm outputs (which depend
+    on the plan's splits: costmodel/lowering.py selective_recompute): ckpt_activations plus the
+    SDPA output and its fp32 logsumexp."""
 
     @property
     def param_count(self) -> int:
@@ -327,6 +335,29 @@ def _hf_extra(cfg: ModelConfig) -> dict[str, Activations]:
     return out
 
 
+def mm_calls(l: LinearShape, slices: int = 1) -> int:
+    """aten.mm calls of one Linear's forward: a bias-free Linear is one mm (a biased one runs as
+    aten.addmm); split into k slices, k mms (the slices have no bias; it is added after)."""
+    return slices if slices > 1 else int(not l.bias)
+
+
+def mm_saved(before: int) -> bool:
+    """torchtitan's selective policy saves the 1st, 3rd, ... mm of a block: the call after
+    `before` earlier ones is saved when `before` is even."""
+    return before % 2 == 0
+
+
+def selective_supported(cfg: ModelConfig) -> str:
+    """'' when selective checkpointing is modelled for this model, else why not."""
+    if cfg.described is not None:
+        return ("selective checkpointing is not modelled for a described model (its saved op "
+                "outputs are not measured); use full checkpointing")
+    if cfg.moe:
+        return ("selective checkpointing is not modelled for mixture-of-experts models; use full "
+                "checkpointing")
+    return ""
+
+
 def _described_group(name: str, kind: str, plan_key: str, g) -> OpGroup:
     return OpGroup(name, kind, plan_key, g.linears, g.other_params, g.flops_per_token,
                    g.activations, g.largest_param, g.bwd_temp)
@@ -392,11 +423,16 @@ def build_spec(cfg: ModelConfig) -> ModelSpec:
     for i in range(cfg.n_layers):
         act = attn_act + hf["rotary"] if hf and i == 0 else attn_act
         attn = OpGroup(f"block{i}.attn", "attn", f"block{i}.attn", attn_lin, norm, attn_flops, act)
-        mlp = OpGroup(f"block{i}.mlp", "mlp", f"block{i}.mlp", mlp_lin, norm, mlp_flops, mlp_act)
+        mlp = OpGroup(f"block{i}.mlp", "mlp", f"block{i}.mlp", mlp_lin, norm, mlp_flops, mlp_act,
+                      mm_before=sum(mm_calls(l) for l in attn_lin))
         # A checkpointed block keeps only its input (torch.utils.checkpoint, non-reentrant); in
         # transformers also the rotary tables, an input of every block, until block 0's backward.
         ckpt = Activations(float(h), 0.0) + (hf["rotary"] if hf and i == 0 else Activations())
-        units.append(Unit(f"block{i}", "block", i, (attn, mlp), ckpt))
+        # Selective: also the outputs of the ops torchtitan's policy saves. SDPA's are its output
+        # (q_dim) and fp32 logsumexp, in transformers' modules as in ours; the saved mm outputs
+        # depend on the plan's splits (costmodel/lowering.py selective_recompute).
+        sac = ckpt + Activations(float(cfg.q_dim), _lse_bytes(cfg))
+        units.append(Unit(f"block{i}", "block", i, (attn, mlp), ckpt, sac))
 
     # Head: final norm + LM head (tied: no weight of its own), loss on fp32 log-probabilities.
     # The loss keeps the fp32 log_softmax output and the int64 targets; the logits themselves are

@@ -16,6 +16,8 @@ FORMAT = "osdp-sim/plan"
 # model's implementation ('osdp' or 'hf'), and a described model's measured groups under
 # model.described (model/described.py). What each version's model holds is listed once, in
 # model.config.MODEL_FIELDS; older files are read with the later fields at their defaults.
+# Version 4 (issue 16): "selective", the checkpointed blocks that use selective (op-level)
+# activation checkpointing; absent in older files (every checkpointed block recomputes fully).
 VERSION = MODEL_FORMAT_VERSION
 READS = tuple(sorted(MODEL_FIELDS))
 # Counts (devices, micro-batch, accumulation steps) above a 32-bit integer are a slip, not a plan.
@@ -36,6 +38,7 @@ def plan_to_dict(plan: Plan) -> dict:
         "optimizer": plan.optimizer,
         "groups": {k: _choice_to_dict(c) for k, c in plan.choices.items()},
         "checkpoint": [i for i, on in enumerate(plan.checkpoint) if on],
+        **({"selective": [i for i, on in enumerate(plan.selective) if on]} if any(plan.selective) else {}),
         "notes": plan.notes,
     }
 
@@ -62,6 +65,8 @@ def plan_from_dict(data, *, source: str = "<plan>") -> Plan:
                   f"{', '.join(map(str, READS))}")
     known = {"format", "version", "model", "devices", "shard_group", "micro_batch", "grad_accum",
              "reduce_every_microbatch", "precision", "optimizer", "groups", "checkpoint", "notes"}
+    if version >= 4:
+        known.add("selective")
     for key in data:
         if key not in known:
             raise err(key, f"unknown key; expected some of {sorted(known)}")
@@ -113,12 +118,21 @@ def plan_from_dict(data, *, source: str = "<plan>") -> Plan:
     if bad:
         raise err("checkpoint", f"block {bad[0]} out of range 0..{model.n_layers - 1}")
     set_ckpt = set(ckpt)
+    sel = data.get("selective", [])
+    if not isinstance(sel, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in sel):
+        raise err("selective", "expected a list of block indices (whole numbers)")
+    bad = [i for i in sel if i not in set_ckpt]
+    if bad:
+        raise err("selective", f"block {_show(bad[0])} is not in checkpoint; a selective block is "
+                  "a checkpointed one")
+    set_sel = set(sel)
     notes = data.get("notes", {})
     if not isinstance(notes, dict):
         raise err("notes", "expected an object")
     return Plan(model=model, devices=devices, micro_batch=micro_batch,
                 choices={k: choices[k] for k in spec.plan_keys},
                 checkpoint=tuple(i in set_ckpt for i in range(model.n_layers)),
+                selective=tuple(i in set_sel for i in range(model.n_layers)),
                 grad_accum=grad_accum, precision=precision, optimizer=optimizer,
                 shard_group=shard_group, reduce_every_microbatch=rem, notes=notes)
 

@@ -63,17 +63,31 @@ class Plan:
     devices: int
     micro_batch: int
     choices: dict[str, GroupChoice]          # plan_key -> choice ('root', 'block{i}.attn', ...)
-    checkpoint: tuple[bool, ...]             # per block
+    checkpoint: tuple[bool, ...]             # per block: checkpointed at all (full or selective)
     grad_accum: int = 1
     precision: str = "bf16"                  # fp32 | bf16 (mixed: bf16 compute, fp32 master/optimizer)
     optimizer: str = "adamw"                 # adamw | sgd (with momentum)
     shard_group: int = 0                     # 0: shard over all devices; s: shard in groups of s (HSDP)
     reduce_every_microbatch: bool = True     # with grad_accum > 1: reduce each micro-batch or once
     notes: dict = field(default_factory=dict, compare=False)
+    selective: tuple[bool, ...] = ()
+    """Per block: a checkpointed block recomputes only what torchtitan's op-level selective
+    policy does not save (docs/cost-model.md, "Selective activation checkpointing"); False: full
+    recompute. Only checkpointed blocks may be selective; () means none (all False)."""
 
     def __post_init__(self):
         if not self.shard_group:
             object.__setattr__(self, "shard_group", self.devices)
+        sel = tuple(bool(x) for x in self.selective) or (False,) * len(self.checkpoint)
+        if len(sel) != len(self.checkpoint) or any(s and not c for s, c in zip(sel, self.checkpoint)):
+            raise ValueError("selective marks checkpointed blocks only, one flag per block")
+        object.__setattr__(self, "selective", sel)
+
+    def checkpoint_policy(self, block: int) -> str:
+        """'none', 'full' or 'selective'."""
+        if not self.checkpoint[block]:
+            return "none"
+        return "selective" if self.selective[block] else "full"
 
     @property
     def shard_size(self) -> int:
@@ -95,13 +109,16 @@ class Plan:
 
 
 def uniform_plan(model: ModelConfig, strategy: str, *, devices: int, micro_batch: int,
-                 checkpoint: bool = False, slices: int = 1, **kw) -> Plan:
-    """Every group (root included) on one strategy; `slices` > 1 only meaningful for zero3."""
+                 checkpoint: bool | str = False, slices: int = 1, **kw) -> Plan:
+    """Every group (root included) on one strategy; `slices` > 1 only meaningful for zero3.
+    checkpoint: False/'none', True/'full' or 'selective' for every block."""
     from osdp_sim.model.spec import build_spec
     spec = build_spec(model)
     choices = {}
     for key in spec.plan_keys:
         k = slices if (key != "root" and strategy == "zero3") else 1
         choices[key] = GroupChoice(strategy, k, k if strategy == "zero3" else 0)
+    on = checkpoint in (True, "full", "selective")
+    sel = (checkpoint == "selective",) * model.n_layers
     return Plan(model=model, devices=devices, micro_batch=micro_batch, choices=choices,
-                checkpoint=tuple([checkpoint] * model.n_layers), **kw)
+                checkpoint=(on,) * model.n_layers, selective=sel, **kw)

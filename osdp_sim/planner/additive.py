@@ -29,7 +29,7 @@ from osdp_sim.planner.space import SearchSpace
 
 def option_terms(o: Option, ck: bool, m: int) -> tuple[float, float]:
     """(time s, bytes) of one group choice; checkpointed: recompute, and activations not kept."""
-    t = m * (o.cf + o.af + o.cb + o.ab + (o.crf if ck else 0.0)) + o.opt
+    t = m * (o.cf + o.af + o.cb + o.ab + (o.rc if ck else 0.0)) + o.opt
     mem = o.res + o.kept_gath + (0.0 if ck else o.kept_act)
     return t, mem
 

@@ -1,6 +1,6 @@
 """The baselines a searched plan must beat. Uniform: DDP, ZeRO-2 and ZeRO-3 (FSDP) on every group
 and the root, each at its own best batch setting (highest samples/s that fits) and with
-checkpointing on or off for all blocks, as the search space allows. Per block: the same uniform
+checkpointing on or off for all blocks (full or selective), as the search space allows. Per block: the same uniform
 strategy with each block checkpointed or not as it pays (what FSDP users run today: torchtitan's
 per-layer checkpointing), found exactly by the search restricted to that strategy, unsplit."""
 
@@ -41,7 +41,8 @@ class Baseline:
         if self.plan is None:
             return "-"
         n = sum(self.plan.checkpoint)
-        return "all" if n == len(self.plan.checkpoint) else ("off" if n == 0 else f"{n} blocks")
+        label = "all" if n == len(self.plan.checkpoint) else ("off" if n == 0 else f"{n} blocks")
+        return label + (" selective" if any(self.plan.selective) else "")
 
     def to_dict(self) -> dict:
         return {"feasible": self.feasible, "samples_per_s": self.samples_per_s,
@@ -79,9 +80,11 @@ def uniform_candidates(spec: ModelSpec, hw: HardwareProfile, space, strategy: st
         if strategy == "ddp":          # a shard group changes nothing for ddp
             settings = list(dict.fromkeys(replace(s, shard_group=s.devices) for s in settings))
         for s in settings:
-            for ck in checkpoint_options(space):
+            for ck in dict.fromkeys(space.checkpoint):     # False, True (full), "selective"
                 plan = make_plan(spec, s, strategy,
-                                 BlockChoice(GroupChoice(strategy), GroupChoice(strategy), ck))
+                                 BlockChoice(GroupChoice(strategy), GroupChoice(strategy), bool(ck)))
+                if ck == "selective":
+                    plan = replace(plan, selective=plan.checkpoint)
                 here.append((plan, estimate(spec, hw, plan)))
         out += here
         best = max([best] + [e.samples_per_s for _, e in here if e.peak_memory_bytes <= limit])

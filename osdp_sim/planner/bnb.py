@@ -26,7 +26,7 @@ from osdp_sim.planner.keygraph import GraphCaps
 from osdp_sim.planner.keystore import KeyStore
 from osdp_sim.planner.mbbound import MicroBatchBounds, floors, least_resident_bytes, micro_batch_bounds
 from osdp_sim.planner.problem import Problem, build_problem
-from osdp_sim.planner.space import (SearchSpace, devices_of, grad_accum_of, group_choices,
+from osdp_sim.planner.space import (SearchSpace, checkpoint_variants, devices_of, grad_accum_of,
                                    shard_groups_of)
 
 EVALUATED_CAP = 20000
@@ -117,7 +117,8 @@ def _mem_lb_q(pb: Problem) -> float:
         if allow_nc:
             vals.append(min(o.res + o.kept_act + o.kept_gath for o in a) + min(o.res + o.kept_act + o.kept_gath for o in m))
         if allow_ck:
-            vals.append(min(o.res + o.kept_gath for o in a) + min(o.res + o.kept_gath for o in m) + b.ck)
+            vals.append(min(o.res + o.kept_gath + o.kept_sac for o in a)
+                        + min(o.res + o.kept_gath + o.kept_sac for o in m) + b.ck)
         tot += min(vals) / MEM_Q
     return tot - 64.0 * (len(pb.blocks) + 2)
 
@@ -129,8 +130,7 @@ def _configs(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, pq_max: i
     (time.perf_counter()) if one is given."""
     devices = devices_of(space, hw)
     groups = shard_groups_of(space, hw, devices)
-    choices = group_choices(space)
-    ckpt = tuple(sorted(set(space.checkpoint)))
+    variants = checkpoint_variants(space, spec)
     out = []
     mbs = space.micro_batches
     mb = 1
@@ -149,9 +149,9 @@ def _configs(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, pq_max: i
         fits_any = False
         if m is not None:
             for sg in groups:
-                for root in space.roots:
-                    cfg = Config(devices, mb, m, sg, space.precision, space.optimizer, root)
-                    pb = build_problem(spec, hw, cfg, choices, ckpt, cache)
+                for root, v in ((r, v) for r in space.roots for v in variants):
+                    cfg = Config(devices, mb, m, sg, space.precision, space.optimizer, root, v.selective)
+                    pb = build_problem(spec, hw, cfg, v.choices, v.options, cache)
                     lb = _mem_lb_q(pb)
                     fits_any |= lb <= pq_max
                     out.append(_Cfg(cfg, pb, lb))
@@ -259,8 +259,7 @@ class _Lister:
         self.problems, self.engines, self.keys = problems, engines, keys
         self.devices = devices_of(space, hw)
         self.groups = shard_groups_of(space, hw, self.devices)
-        self.choices = group_choices(space)
-        self.ckpt = tuple(sorted(set(space.checkpoint)))
+        self.variants = checkpoint_variants(space, spec)
         self.cfgs: list = []                  # every configuration listed
         self.fitting: list = []               # ... whose memory lower bound fits
         self.by_cfg: dict = {}                # Config -> its _Cfg, of those
@@ -295,9 +294,10 @@ class _Lister:
         m = grad_accum_of(self.space, mb, self.devices)
         out = []
         for sg in self.groups:
-            for root in self.space.roots:
-                cfg = Config(self.devices, mb, m, sg, self.space.precision, self.space.optimizer, root)
-                pb = build_problem(self.spec, self.hw, cfg, self.choices, self.ckpt, self.problems)
+            for root, v in ((r, v) for r in self.space.roots for v in self.variants):
+                cfg = Config(self.devices, mb, m, sg, self.space.precision, self.space.optimizer, root,
+                             v.selective)
+                pb = build_problem(self.spec, self.hw, cfg, v.choices, v.options, self.problems)
                 out.append(_Cfg(cfg, pb, _mem_lb_q(pb)))
         return out
 
@@ -437,13 +437,16 @@ class _Search:
         added = []
         for plan, _e in sub.top:
             cfg = Config(plan.devices, plan.micro_batch, plan.grad_accum, plan.shard_size,
-                         plan.precision, plan.optimizer, plan.choices["root"].strategy)
+                         plan.precision, plan.optimizer, plan.choices["root"].strategy,
+                         any(plan.selective))
             if cfg not in lister.by_cfg:
                 added += lister.also(plan.micro_batch)
             c = lister.by_cfg.get(cfg)
             if c is None:
                 continue
             idx = {ch: i for i, ch in enumerate(c.problem.choices)}
+            if any(plan.choices[k] not in idx for ks in c.problem.keys for k in ks):
+                continue
             attn = [idx[plan.choices[ka]] for ka, _km in c.problem.keys]
             mlp = [idx[plan.choices[km]] for _ka, km in c.problem.keys]
             _p, (t_q, peak_q) = c.engine.path(attn, mlp, list(plan.checkpoint))
@@ -739,8 +742,7 @@ def min_peak(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSp
     cache = {} if cache is None else cache
     devices = devices_of(space, hw)
     groups = shard_groups_of(space, hw, devices)
-    choices = group_choices(space)
-    ckpt = tuple(sorted(set(space.checkpoint)))
+    variants = checkpoint_variants(space, spec)
     mbs = candidate_micro_batches(space, devices)
     best_q, best = math.inf, None
     expired = (lambda: False) if deadline is None else (lambda: time.perf_counter() > deadline)
@@ -755,9 +757,9 @@ def min_peak(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSp
         m = grad_accum_of(space, mb, devices)
         cs = []
         for sg in groups:
-            for root in space.roots:
-                cfg = Config(devices, mb, m, sg, space.precision, space.optimizer, root)
-                pb = build_problem(spec, hw, cfg, choices, ckpt, cache)
+            for root, v in ((r, v) for r in space.roots for v in variants):
+                cfg = Config(devices, mb, m, sg, space.precision, space.optimizer, root, v.selective)
+                pb = build_problem(spec, hw, cfg, v.choices, v.options, cache)
                 cs.append(_Cfg(cfg, pb, _mem_lb_q(pb)))
         least = min(c.mem_lb_q for c in cs)
         if space.global_batch is None:

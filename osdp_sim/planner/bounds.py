@@ -79,20 +79,22 @@ class ShapeTerms:
     def __init__(self, opts: list[Option], kind: str, m: int, w: tuple):
         wf_c, wf_a, wb_c, wb_a = (x[:, None] for x in w)
         a = lambda f: np.array([f(o) for o in opts])          # noqa: E731
-        crf, cb, ab, agz, opt = a(lambda o: o.crf), a(lambda o: o.cb), a(lambda o: o.ab), \
+        # cf: the recompute of a checkpointed block (Option.rc: all of the forward unless
+        # selective), the only use of the forward work here
+        cf, cb, ab, agz, opt = a(lambda o: o.rc), a(lambda o: o.cb), a(lambda o: o.ab), \
             a(lambda o: o.agz), a(lambda o: o.opt)
         fin, fl, af = a(lambda o: o.fwd_in), a(lambda o: o.f_last), a(lambda o: o.a_first)
         bl = a(lambda o: o.b_last) if kind == "mlp" else np.zeros(len(opts))
         tq = 1.0 / TIME_Q
         base = m * (fin + wf_c * fl + wf_a * af + wb_c * cb + wb_a * ab) + opt
         self.nc = base * tq
-        self.ck = (base + m * wb_c * crf) * tq                         # recompute pooled
+        self.ck = (base + m * wb_c * cf) * tq                         # recompute pooled
         # recompute and the last backward alone (their pooled share raised to weight 1)
-        alone = m * (crf + (1 - wb_c) * bl)
+        alone = m * (cf + (1 - wb_c) * bl)
         self.ckh = (base + alone) * tq                                 # pending step = head
         self.cke = (base + alone + m * (1 - wb_a) * agz) * tq          # gathers exposed too
         self.s_nc = a(lambda o: o.res + o.kept_act + o.kept_gath) / MEM_Q
-        self.s_ck = a(lambda o: o.res + o.kept_gath) / MEM_Q
+        self.s_ck = a(lambda o: o.res + o.kept_gath + o.kept_sac) / MEM_Q
         self.z3 = a(lambda o: o.z3).astype(bool)
         # the first step's reduction exposed when the block below is checkpointed with a re-gather
         self.ex = m * (1 - wb_a) * a(lambda o: o.r_first) * tq

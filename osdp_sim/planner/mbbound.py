@@ -37,7 +37,8 @@ from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
 from osdp_sim.plan.plan import GroupChoice
 from osdp_sim.planner.problem import build_problem, group_shape
-from osdp_sim.planner.space import SearchSpace, devices_of, grad_accum_of, group_choices, shard_groups_of
+from osdp_sim.planner.space import (SearchSpace, checkpoint_variants, checkpointing_allowed, devices_of,
+                                   grad_accum_of, shard_groups_of)
 
 SAFETY = 1.0 - 1e-9              # float rounding between this closed form and the cost model's
 
@@ -101,13 +102,11 @@ def floors(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, cache: dict
     and the optimizer step after it. None depends on the micro-batch; resident gradients under
     accumulation only add."""
     devices = devices_of(space, hw)
-    choices = group_choices(space)
-    ckpt = tuple(sorted(set(space.checkpoint)))
     resident, fixed = math.inf, math.inf
     for sg in shard_groups_of(space, hw, devices):
-        for root in space.roots:
-            cfg = Config(devices, 1, 1, sg, space.precision, space.optimizer, root)
-            pb = build_problem(spec, hw, cfg, choices, ckpt, cache)
+        for root, v in ((r, v) for r in space.roots for v in checkpoint_variants(space, spec)):
+            cfg = Config(devices, 1, 1, sg, space.precision, space.optimizer, root, v.selective)
+            pb = build_problem(spec, hw, cfg, v.choices, v.options, cache)
             shapes = [(pb.shapes[b.attn_shape], pb.shapes[b.mlp_shape]) for b in pb.blocks]
             resident = min(resident, sum(min(o.res for o in a) + min(o.res for o in m) for a, m in shapes))
             e = pb.root.embed
@@ -152,14 +151,19 @@ def micro_batch_bounds(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace,
     compute = root + sum(block_both, np.zeros(len(mbs)))
     kept = np.array([u.activations.bytes_per_token(cb) for u in spec.blocks]) * spec.seq_len   # per sample
     ck = np.array([u.ckpt_activations.bytes_per_token(cb) for u in spec.blocks]) * spec.seq_len
-    allow_nc, allow_ck = False in space.checkpoint, True in space.checkpoint
+    # selective blocks keep more than ck (a lower bound still) and recompute less than the
+    # forward: with them allowed the recompute lower bound is 0
+    allow_nc, allow_ck = False in space.checkpoint, checkpointing_allowed(space)
+    selective = "selective" in space.checkpoint
     margin_bytes = 64.0 * (len(spec.blocks) + 2) * MEM_Q
     budget = pq_max * MEM_Q + margin_bytes - resident_bytes - mbs * root_act       # for the blocks' activations
     recompute = np.zeros(len(mbs))
     ok = np.ones(len(mbs), dtype=bool)
     lean = np.minimum(kept, ck) if allow_nc and allow_ck else (ck if allow_ck else kept)
     ok &= mbs * lean.sum() <= budget
-    if allow_ck and not allow_nc:
+    if selective:
+        pass
+    elif allow_ck and not allow_nc:
         recompute = sum(block_fwd, np.zeros(len(mbs)))
     elif allow_ck:
         saving = kept - ck                                    # per sample, per block checkpointed

@@ -13,7 +13,7 @@ from osdp_sim.plan.plan import GroupChoice, Plan
 def group_shape(g: OpGroup) -> tuple:
     """Everything of a group the cost model reads, without its name."""
     return (g.kind, tuple((l.in_features, l.out_features, l.bias, l.copies, l.active) for l in g.linears),
-            g.other_params, g.fwd_flops_per_token, g.activations)
+            g.other_params, g.fwd_flops_per_token, g.activations, g.mm_before)
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,6 @@ class Option:
     choice: GroupChoice
     steps: tuple[StepCost, ...]
     cf: float                     # forward compute
-    crf: float                    # its forward inside a checkpointed block's recompute (<= cf)
     af: float                     # forward (own) all-gathers
     fwd_in: float                 # forward segments between its own steps (exact)
     f_last: float                 # forward of its last step (its segment pairs with the next group)
@@ -38,13 +37,14 @@ class Option:
     b_last: float                 # backward of its last step
     r_first: float                # reduction work after its first step
     z3: bool                      # some unit is gathered again for backward
+    rc: float = 0.0               # recompute work when its block is checkpointed (cf if full)
+    kept_sac: float = 0.0         # kept when its block is checkpointed, beyond the block's ck
 
 
 def make_option(choice: GroupChoice, steps: tuple[StepCost, ...], s: float) -> Option:
     return Option(
         choice=choice, steps=steps,
         cf=sum(st.f for st in steps),
-        crf=sum(st.recompute for st in steps),
         af=sum(st.agf or 0.0 for st in steps),
         fwd_in=sum(seg(a.f, b.agf or 0.0, s) for a, b in zip(steps, steps[1:])),
         f_last=steps[-1].f,
@@ -58,7 +58,9 @@ def make_option(choice: GroupChoice, steps: tuple[StepCost, ...], s: float) -> O
         agz=sum(st.agb for st in steps if st.z3),
         b_last=steps[-1].b,
         r_first=sum(w for (w, *_r) in (steps[0].rs or ())),
-        z3=any(st.z3 for st in steps))
+        z3=any(st.z3 for st in steps),
+        rc=sum(st.rc for st in steps),
+        kept_sac=sum(st.sk for st in steps))
 
 
 @dataclass
@@ -115,7 +117,8 @@ def build_problem(spec: ModelSpec, hw: HardwareProfile, cfg: Config, choices: li
     keys = []
     cb = compute_bytes(cfg.precision)
     tokens = cfg.micro_batch * spec.seq_len
-    ck_cfg = (cfg.devices, cfg.micro_batch, cfg.grad_accum, cfg.shard_group, cfg.precision, cfg.optimizer)
+    ck_cfg = (cfg.devices, cfg.micro_batch, cfg.grad_accum, cfg.shard_group, cfg.precision, cfg.optimizer,
+              cfg.selective)
 
     def shape_of(g: OpGroup) -> int:
         sh = group_shape(g)
@@ -133,7 +136,7 @@ def build_problem(spec: ModelSpec, hw: HardwareProfile, cfg: Config, choices: li
             raise ValueError(f"{unit.name}: the search expects an attention then an MLP group per block")
         attn, mlp = unit.groups
         a, m = shape_of(attn), shape_of(mlp)
-        ck = unit.ckpt_activations.bytes_for(cb, tokens)
+        ck = (unit.sac_activations if cfg.selective else unit.ckpt_activations).bytes_for(cb, tokens)
         sig = sig_ids.setdefault((a, m, ck), len(sig_ids))
         blocks.append(Block(unit.index, a, m, ck, sig))
         keys.append((attn.plan_key, mlp.plan_key))

@@ -35,11 +35,13 @@ def describe_choice(c: GroupChoice) -> str:
 
 
 def _block_key(plan: Plan, i: int) -> tuple:
-    return (plan.choices[f"block{i}.attn"], plan.choices[f"block{i}.mlp"], plan.checkpoint[i])
+    ckpt = "selective" if plan.selective[i] else plan.checkpoint[i]     # truthy when checkpointed
+    return (plan.choices[f"block{i}.attn"], plan.choices[f"block{i}.mlp"], ckpt)
 
 
 def block_runs(plan: Plan) -> list[tuple[int, int, GroupChoice, GroupChoice, bool]]:
-    """Runs of consecutive blocks with identical choices: (first, last, attn, mlp, checkpointed)."""
+    """Runs of consecutive blocks with identical choices: (first, last, attn, mlp, checkpointed:
+    False, True (full) or "selective")."""
     runs = []
     for i in range(plan.model.n_layers):
         key = _block_key(plan, i)
@@ -57,7 +59,7 @@ def summarize_plan(plan: Plan) -> list[str]:
     for first, last, attn, mlp, ckpt in block_runs(plan):
         where = f"block {first}" if first == last else f"blocks {first}-{last}"
         lines.append(f"{where}: attention {describe_choice(attn)}, mlp {describe_choice(mlp)}"
-                     + (", checkpointed" if ckpt else ""))
+                     + (", checkpointed" if ckpt else "") + (" (selective)" if ckpt == "selective" else ""))
     lines.append(f"root (embedding + head): {describe_choice(plan.choices['root'])}")
     return lines
 
@@ -255,7 +257,9 @@ def format_report(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
     lines += [f"  {s}" for s in summarize_plan(plan)]
     lines.append(f"  {settings_line(plan)}")
     ck = sum(plan.checkpoint)
-    lines.append(f"  checkpointing: {ck} of {len(plan.checkpoint)} blocks")
+    sel = sum(plan.selective)
+    lines.append(f"  checkpointing: {ck} of {len(plan.checkpoint)} blocks"
+                 + (f" ({sel} selective)" if sel else ""))
 
     lines += ["", f"peak memory     {format_bytes(est.peak_memory_bytes):>11} of {format_bytes(mem_limit_bytes)} "
               f"limit ({est.peak_memory_bytes / mem_limit_bytes:.1%}), during {est.peak_during}"]

@@ -12,8 +12,11 @@ REPLICATED = ("ddp", "zero2")
 @dataclass(frozen=True)
 class SearchSpace:
     """What may vary. Every block's attention and MLP group independently takes any of
-    group_choices(space); every block is checkpointed or not (`checkpoint`); the root group
-    (embedding + head) takes one of `root_strategies` unsplit.
+    group_choices(space); every block is checkpointed or not (`checkpoint`: False, True (full
+    recompute), "selective" (torchtitan's op-level policy)); the root group (embedding + head)
+    takes one of `root_strategies` unsplit. The policy of the checkpointed blocks is one per
+    configuration, like the micro-batch: a plan's checkpointed blocks are all full or all
+    selective (checkpoint_variants; docs/search.md, "Selective checkpointing").
 
     micro_batches: None = 1, 2, 3, ... up to the largest at which some plan fits.
     global_batch: None = no gradient accumulation; else grad_accum = global_batch /
@@ -25,7 +28,7 @@ class SearchSpace:
 
     strategies: tuple[str, ...] = STRATEGIES
     splits: tuple[int, ...] = (1, 2, 4, 8)
-    checkpoint: tuple[bool, ...] = (False, True)
+    checkpoint: tuple[bool | str, ...] = (False, True)
     micro_batches: tuple[int, ...] | None = None
     global_batch: int | None = None
     shard_groups: tuple[int, ...] | None = None
@@ -41,8 +44,10 @@ class SearchSpace:
         for k in self.splits:
             if not isinstance(k, int) or k < 1:
                 raise UserError(f"splits must be positive integers; got {k!r}", field="splits")
-        if not self.checkpoint or any(c not in (False, True) for c in self.checkpoint):
-            raise UserError("checkpoint must list False and/or True", field="checkpoint")
+        if not self.checkpoint or any(c not in (False, True, "selective") or
+                                      (isinstance(c, int) and not isinstance(c, bool))
+                                      for c in self.checkpoint):
+            raise UserError('checkpoint must list some of False, True and "selective"', field="checkpoint")
         if self.micro_batches is not None and (not self.micro_batches or
                                                any(not isinstance(b, int) or b < 1 for b in self.micro_batches)):
             raise UserError("micro_batches must be positive integers", field="micro_batches")
@@ -86,6 +91,43 @@ def group_choices(space: SearchSpace) -> list[GroupChoice]:
         if "zero3" in space.strategies:
             add(GroupChoice("zero3", k, k))
     return out
+
+
+@dataclass(frozen=True)
+class CheckpointVariant:
+    """One checkpoint policy of a configuration: the per-block options the search takes for it
+    (False: not checkpointed; True: checkpointed with this policy) and the group choices."""
+
+    selective: bool
+    options: tuple[bool, ...]
+    choices: tuple[GroupChoice, ...]
+
+
+def checkpoint_variants(space: SearchSpace, spec=None) -> list[CheckpointVariant]:
+    """The full-recompute variant (when True is allowed, or nothing is checkpointed) and the
+    selective one (when "selective" is allowed). A model whose MLP's saved mms depend on the
+    attention's split (an odd number of bias-free attention Linears, costmodel/lowering.py
+    check_selective) searches its selective variant unsplit."""
+    choices = tuple(group_choices(space))
+    out = []
+    if True in space.checkpoint or "selective" not in space.checkpoint:
+        out.append(CheckpointVariant(False, tuple(sorted({bool(c) for c in space.checkpoint
+                                                          if not isinstance(c, str)})), choices))
+    if "selective" in space.checkpoint:
+        if spec is not None:
+            from osdp_sim.model.spec import selective_supported
+            why = selective_supported(spec.config)
+            if why:
+                raise UserError(why, source=spec.config.source or spec.name, field="checkpoint")
+            if any(u.groups[1].mm_before % 2 for u in spec.blocks):
+                choices = tuple(c for c in choices if not c.is_split) or choices[:1]
+        out.append(CheckpointVariant(True, tuple(sorted({c is not False for c in space.checkpoint
+                                                         if c is not True})), choices))
+    return out
+
+
+def checkpointing_allowed(space: SearchSpace) -> bool:
+    return any(c is not False for c in space.checkpoint)
 
 
 def devices_of(space: SearchSpace, hw: HardwareProfile) -> int:

@@ -24,7 +24,7 @@ FORMAT = "osdp-sim/record"
 # Version 2: the model (and the plan, plan format 2) gained the model stage's new fields;
 # version 3 the model's implementation (model.config.MODEL_FIELDS lists each version's fields)
 # and the optional env.fake_world (validate --fake-world); a described model's measured groups
-# (model.described).
+# (model.described). Version 4: the plan's selective checkpointing (plan format 4).
 # An older record's model is compared with its plan after the same upgrade (defaults).
 VERSION = MODEL_FORMAT_VERSION
 READS = tuple(sorted(MODEL_FIELDS))

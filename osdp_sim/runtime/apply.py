@@ -7,6 +7,7 @@ or refused with a one-line UserError, never dropped:
 
   per-group ddp / zero2 / zero3, splits      -> parallelize.shard_group (children first)
   checkpoint[i]                               -> block i's forward runs under torch.utils.checkpoint
+  selective[i]                                -> ... with torchtitan's op-level policy (context_fn)
   precision                                   -> MixedPrecisionPolicy on every unit
   shard_group < devices (hybrid sharding)     -> the 2-D shard mesh
   root                                        -> parallelize.shard_root, last
@@ -224,16 +225,18 @@ def _check_runtime(model: nn.Module, plan: Plan, backend: str) -> None:
                         field="checkpoint")
 
 
-def checkpoint_block(block: nn.Module) -> None:
+def checkpoint_block(block: nn.Module, selective: bool = False) -> None:
     """Recompute `block`'s forward in backward (non-reentrant torch.utils.checkpoint), keeping
-    only its inputs. The block's own forward is wrapped in place, so the module tree, parameter
-    names and state_dict keys stay as they are; the FSDP2 units inside it gather again for the
-    recompute."""
+    only its inputs (selective: and the outputs of the ops torchtitan's policy saves,
+    parallelize.checkpoint_options). The block's own forward is wrapped in place, so the module
+    tree, parameter names and state_dict keys stay as they are; the FSDP2 units inside it gather
+    again for the recompute."""
     forward = block.forward
+    options = parallelize.checkpoint_options(selective)
 
     def checkpointed_forward(*args, **kwargs):
         if torch.is_grad_enabled():
-            return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+            return checkpoint(forward, *args, use_reentrant=False, **options, **kwargs)
         return forward(*args, **kwargs)
 
     block.forward = checkpointed_forward
@@ -297,6 +300,9 @@ def apply_plan(model: nn.Module, plan: Plan, *, device: torch.device | None = No
         if not isinstance(model, TransformerLM):
             raise UserError("the fairscale backend runs only osdp-sim's built-in modules; use "
                             "--backend fsdp2", field="backend")
+        if any(plan.selective):
+            raise UserError("the fairscale backend has no selective activation checkpointing; use "
+                            "--backend fsdp2", field="selective")
     if device is None:
         device = next(model.parameters()).device
     checkpointed = tuple(i for i, on in enumerate(plan.checkpoint) if on)
@@ -320,7 +326,7 @@ def apply_plan(model: nn.Module, plan: Plan, *, device: torch.device | None = No
         # Checkpointing first: it wraps the block's forward, and FSDP2's hooks on the groups
         # inside run again in the recompute.
         if plan.checkpoint[i]:
-            checkpoint_block(block)
+            checkpoint_block(block, plan.selective[i])
         path = layout.block_path(key)
         for kind in ("attn", "mlp"):
             plan_key = f"block{i}.{kind}"

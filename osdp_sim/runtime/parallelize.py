@@ -105,6 +105,16 @@ def shard_group(modules: list[nn.Module], splits: list[nn.Module], choice: Group
                     mp_policy=mp)
 
 
+def checkpoint_options(selective: bool) -> dict:
+    """torch.utils.checkpoint keyword arguments of a checkpointed block. Selective: torchtitan's
+    op-level policy (runtime/selective.py), a fresh context per call so its mm count restarts in
+    every block; full: none (keep only the inputs, recompute everything)."""
+    if not selective:
+        return {}
+    from osdp_sim.runtime.selective import selective_context
+    return {"context_fn": selective_context}
+
+
 def shard_root(model: nn.Module, choice: GroupChoice, meshes: Meshes,
                mp: MixedPrecisionPolicy) -> None:
     # reshard_after_forward=None (not True): FSDP2's default for the root keeps its parameters
