@@ -31,7 +31,9 @@ PROFILES = sorted((ROOT / "hwprofiles").glob("*.yaml"))
 PLANS = sorted((ROOT / "validate" / "plans").glob("*.json"))
 RECORDS = sorted((ROOT / "validate" / "records").rglob("*.json"))
 RECORDS = RECORDS[:: max(1, len(RECORDS) // 6)]            # a few, of different runs
-CAMPAIGNS = sorted((ROOT / "validate" / "campaigns").glob("*.yaml"))
+# the decisions case files (validate/decisions.py) live beside the campaigns but are not campaigns
+DECISIONS = sorted((ROOT / "validate" / "campaigns").glob("decisions-*.yaml"))
+CAMPAIGNS = sorted(set((ROOT / "validate" / "campaigns").glob("*.yaml")) - set(DECISIONS))
 
 FUZZ = settings(max_examples=80, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
@@ -297,3 +299,6 @@ def test_the_shipped_files_pass_the_property(monkeypatch):
         assert load_record(p).source == str(p)
     for p in CAMPAIGNS:
         assert load_campaign(p).runs
+    from osdp_sim.calibrate.decisions_config import load_config
+    for p in DECISIONS:
+        assert load_config(str(p)).cases

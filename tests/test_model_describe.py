@@ -190,7 +190,7 @@ def test_a_plan_of_a_described_model_is_self_contained(vit_spec, tmp_path):
     plan = uniform_plan(vit_spec.config, "zero3", devices=2, micro_batch=4)
     save_plan(plan, tmp_path / "p.json")
     data = json.loads((tmp_path / "p.json").read_text())
-    assert data["version"] == 3 and data["model"]["described"]["blocks"]
+    assert data["version"] == 4 and data["model"]["described"]["blocks"]
     from json_schema import validate
     assert validate(data) == []                # the documented plan format (docs/json.md)
     loaded = load_plan(tmp_path / "p.json")
