@@ -18,8 +18,9 @@ from osdp_sim.model.spec import ModelSpec, OpGroup
 from osdp_sim.plan.plan import Plan
 
 SLICE_OPS = (3, 6)             # eager ops of one more Linear slice: t, mm/addmm, view (backward: 2x)
-# torch.optim ops per parameter tensor (single-tensor loop, CPU) and foreach ops per step (CUDA),
-# counted with a TorchDispatchMode on torch 2.13 (tests/test_costmodel_kernels.py)
+# torch.optim ops per parameter tensor (single-tensor loop, CPU) and foreach ops per step (CUDA):
+# AdamW's 10 per tensor counted with a TorchDispatchMode on torch 2.13 (bench/host_costs.py); SGD
+# with momentum and the foreach counts read off torch/optim/sgd.py and adam.py
 OPTIMIZER_OPS_PER_TENSOR = {"adamw": 10, "sgd": 3}
 OPTIMIZER_FOREACH_OPS = {"adamw": 12, "sgd": 3}
 # Bytes each fp32 local parameter costs the optimizer's kernels, as the runtime builds them
