@@ -287,6 +287,15 @@ BAD = [
     ("provenance not a mapping", _set(("provenance",), "by hand"), "provenance", "mapping"),
     ("tables not a list", _set(("collectives", "tables"), {"op": "all_reduce"}), "collectives.tables",
      "a list"),
+    ("attention keys decrease", _set(("compute", "attention_efficiency"), {"bf16": [[8192, 0.3], [512, 0.2]]}),
+     "compute.attention_efficiency.bf16[1][0]", "strictly increasing"),
+    ("attention curve for a dtype without a peak", _set(("compute", "attention_efficiency"),
+                                                        {"fp16": [[512, 0.2]]}),
+     "compute.attention_efficiency.fp16", "peak_tflops.fp16"),
+    ("gemm tile of three", _set(("compute", "gemm_tile"), [128, 128, 1]), "compute.gemm_tile", "[tile rows"),
+    ("negative host op cost", _set(("host",), {"op_us": -1}), "host.op_us", ">= 0"),
+    ("host async not a bool", _set(("host",), {"async_device": "yes"}), "host.async_device", "true or false"),
+    ("unknown host key", _set(("host",), {"hook_us": 3}), "host.hook_us", "unknown key"),
 ]
 
 

@@ -190,17 +190,8 @@ def _attention_curves(r: "_Reader", value, peak_flops: dict) -> dict:
         path = f"compute.attention_efficiency.{dt}"
         if dt not in peak_flops:
             r.fail(path, f"an attention curve for {dt} needs compute.peak_tflops.{dt} too")
-        pairs = r.sequence(curve, path, hint="[[attended keys, fraction of peak], ...]", nonempty=True)
-        pts: list[tuple[float, float]] = []
-        for i, pair in enumerate(pairs):
-            p = f"{path}[{i}]"
-            if not isinstance(pair, list) or len(pair) != 2:
-                r.fail(p, f"expected a pair [attended keys, fraction of peak], got {_show(pair)}")
-            keys = r.positive(pair[0], f"{p}[0]", "keys")
-            if pts and keys <= pts[-1][0]:
-                r.fail(f"{p}[0]", f"key counts must be strictly increasing; {keys:g} follows {pts[-1][0]:g}")
-            pts.append((keys, r.fraction(pair[1], f"{p}[1]")))
-        out[dt] = tuple(pts)
+        pts = _efficiency_curve(r, curve, path, "attended keys", "keys", "key counts")
+        out[dt] = pts
     return out
 
 
@@ -228,18 +219,20 @@ def _host(r: "_Reader", value, device: DeviceSpec) -> HostSpec:
                     async_device=asynchronous)
 
 
-def _efficiency_curve(r: "_Reader", value, path: str) -> tuple[tuple[float, float], ...]:
-    pairs = r.sequence(value, path, hint="[[GEMM GFLOP, fraction of peak], ...]", nonempty=True)
+def _efficiency_curve(r: "_Reader", value, path: str, x_name: str = "GEMM GFLOP", x_unit: str = "GFLOP",
+                      x_plural: str = "GEMM sizes") -> tuple[tuple[float, float], ...]:
+    """[[x, fraction of peak], ...] with x > 0 strictly increasing and fractions in (0, 1]."""
+    pairs = r.sequence(value, path, hint=f"[[{x_name}, fraction of peak], ...]", nonempty=True)
     out: list[tuple[float, float]] = []
     for i, pair in enumerate(pairs):
         p = f"{path}[{i}]"
         if not isinstance(pair, list) or len(pair) != 2:
-            r.fail(p, f"expected a pair [GEMM GFLOP, fraction of peak], got {_show(pair)}")
-        gflop = r.positive(pair[0], f"{p}[0]", "GFLOP")
+            r.fail(p, f"expected a pair [{x_name}, fraction of peak], got {_show(pair)}")
+        x = r.positive(pair[0], f"{p}[0]", x_unit)
         frac = r.fraction(pair[1], f"{p}[1]")
-        if out and gflop <= out[-1][0]:
-            r.fail(f"{p}[0]", f"GEMM sizes must be strictly increasing; {gflop:g} follows {out[-1][0]:g}")
-        out.append((gflop, frac))
+        if out and x <= out[-1][0]:
+            r.fail(f"{p}[0]", f"{x_plural} must be strictly increasing; {x:g} follows {out[-1][0]:g}")
+        out.append((x, frac))
     return tuple(out)
 
 
