@@ -157,7 +157,7 @@ def group_work(cfg: ModelConfig, g: OpGroup, tokens: float, cb: int, cpu: bool) 
             # *sin, add: 9 x the elements' bytes each way
             rot = (cfg.q_dim + cfg.kv_dim) * cb * 9.0
             per_token += MemoryWork(rot, rot, 10, 10)
-        per_token += _linear_bias(g.linears, cb).scaled(1.0)
+        per_token += _linear_bias(g.linears, cb)
     elif g.kind == "mlp":
         k = cfg.top_k if cfg.moe else 1
         act = _pointwise(f * k, cb)                                           # GELU / SiLU

@@ -233,12 +233,12 @@ def copy_out_s(hw: HardwareProfile, gathered_bytes: float) -> float:
     return bandwidth_time_s(hw, 2.0 * gathered_bytes, 1)
 
 
-def copy_in_s(hw: HardwareProfile, u: CommUnit) -> float:
+def copy_in_s(hw: HardwareProfile, unsharded_grad_bytes: float) -> float:
     """FSDP2 copies a unit's gradients into the reduce-scatter input (foreach_reduce). On a GPU that
     runs on the reduction's own stream; on a CPU device on the thread that computes."""
     if hw.host.async_device:
         return 0.0
-    return bandwidth_time_s(hw, 2.0 * u.unsharded_grad_bytes, 1)
+    return bandwidth_time_s(hw, 2.0 * unsharded_grad_bytes, 1)
 
 
 def calls_s(hw: HardwareProfile, calls: int) -> float:
@@ -364,7 +364,7 @@ def _root_step_times(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: st
     if g.kind == "embed":
         if root.strategy != "ddp":
             dev_f += copy_out_s(hw, root.gathered_bytes)
-        dev_b += copy_in_s(hw, root)
+        dev_b += copy_in_s(hw, root.unsharded_grad_bytes)
         calls_f, calls_b = collective_calls(root)
         host_f += calls_s(hw, calls_f)
         host_b += calls_s(hw, calls_b)
@@ -382,7 +382,7 @@ def _step(hw: HardwareProfile, name: str, unit_index: int, u: CommUnit, block: i
     cb_ = copy_out_s(hw, u.gathered_bytes) if gathers_b else 0.0
     return Step(name, unit_index, block,
                 task_time_s(hw, dev_f + cf, host_f + calls_s(hw, calls_f)),
-                task_time_s(hw, dev_b + cb_ + copy_in_s(hw, u), host_b + calls_s(hw, calls_b)),
+                task_time_s(hw, dev_b + cb_ + copy_in_s(hw, u.unsharded_grad_bytes), host_b + calls_s(hw, calls_b)),
                 act, act_grad, bwd_temp_bytes=bwd_temp, recompute_s=task_time_s(hw, dev_f, host_f))
 
 

@@ -66,18 +66,10 @@ def group_compute_s(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str
     t = group_times(spec, g, hw, dtype, int(tokens), k)
     dev_f = t.fixed_fwd_s + k * sum(t.slice_fwd_s.values())
     dev_b = t.fixed_bwd_s + k * sum(t.slice_bwd_s.values())
-    grads = CommUnitGrads(g.param_count * compute_bytes(dtype))
     # the fewest collective calls any choice issues: zero2's all-gather and reduce-scatter
     both = (task_time_s(hw, dev_f, t.host_fwd_s + calls_s(hw, 1))
-            + task_time_s(hw, dev_b + copy_in_s(hw, grads), t.host_bwd_s + calls_s(hw, 1)))
+            + task_time_s(hw, dev_b + copy_in_s(hw, g.param_count * compute_bytes(dtype)), t.host_bwd_s + calls_s(hw, 1)))
     return both, task_time_s(hw, dev_f, t.host_fwd_s)
-
-
-@dataclass(frozen=True)
-class CommUnitGrads:
-    """What copy_in_s reads of a unit."""
-
-    unsharded_grad_bytes: float
 
 
 def root_compute_s(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: float,
