@@ -16,16 +16,8 @@ def main() -> int:
     import torch
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
-    from torch.utils._python_dispatch import TorchDispatchMode
 
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.n += 1
-            return func(*args, **(kwargs or {}))
+    from osdp_sim.runtime.op_count import OpCounter
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29541")
@@ -47,13 +39,13 @@ def main() -> int:
             for p in m.parameters():
                 p.grad = torch.zeros_like(p)
             opt.step()
-            with Count() as c:
+            with OpCounter() as c:
                 opt.step()
             best = min(_timed(opt.step) for _ in range(5))
             n = len(list(m.parameters()))
             kind = "DTensor (FSDP2)" if sharded else "plain"
-            print(f"AdamW on {n} {kind} tensors: {c.n / n:.1f} ops per tensor, step {best * 1e3:.2f} ms, "
-                  f"{best / c.n * 1e6:.2f} us per op", flush=True)
+            print(f"AdamW on {n} {kind} tensors: {c.ops / n:.1f} ops per tensor, step {best * 1e3:.2f} ms, "
+                  f"{best / c.ops * 1e6:.2f} us per op", flush=True)
     finally:
         dist.destroy_process_group()
     return 0
