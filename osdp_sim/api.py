@@ -239,8 +239,8 @@ def sweep(model, hardware, *, devices=None, mem_limit=None, seq_len=None, micro_
 
 
 def tune(model, hardware: str, mem_limit: str | int | float, out_dir, *, candidates: int = 3,
-         baselines: int = 2, repeats: int = 1, device: str = "cpu", warmup: int = 2, iters: int = 6,
-         refit: bool = True, time_limit_s: float | None = 1800.0, space: SearchSpace | None = None,
+         baselines: int = 2, repeats: int = 1, confirm: int = 2, confirm_within: float = 0.08,
+         device: str = "cpu", warmup: int = 2, iters: int = 6, refit: bool = True, time_limit_s: float | None = 1800.0, space: SearchSpace | None = None,
          **space_fields):
     """Like `osdp-sim tune` (docs/tune.md): the search's pick, the best plans at other micro-batches
     and the strongest baselines, each run for real (needs the runtime extra), the measured fastest
@@ -258,6 +258,6 @@ def tune(model, hardware: str, mem_limit: str | int | float, out_dir, *, candida
     space = space or SearchSpace(**space_fields)
     limit = min(float(_bytes(mem_limit, "mem_limit")), float(hw.device.usable_memory_bytes))
     settings = RunSettings(hardware=hardware, out_dir=Path(out_dir), device=device, warmup=warmup,
-                           iters=iters, repeats=repeats)
+                           iters=iters, repeats=repeats, confirm=confirm, confirm_within=confirm_within)
     return _tune(spec, hw, limit, space, settings, k=candidates, baselines=baselines, refit=refit,
                  time_limit_s=time_limit_s)

@@ -95,7 +95,8 @@ def test_figures_are_computed_from_the_records(tmp_path):
     assert meas[k2].samples_per_s == pytest.approx(9.0)          # median of 8 and 10
     assert meas[ko].samples_per_s == pytest.approx(8.0)
     assert meas[kd].status == "oom" and meas[kd].samples_per_s is None
-    before, after = d.figures(ref, meas, 2)
+    due = {k: 2 for k in keys}
+    before, after = d.figures(ref, meas, due)
     assert before.complete and before.measured_plans == 4 and before.reference_plans == 5
     # predicted: pick 11 over the best baseline predicted, ddp 12 (its oom is a measured fact only)
     assert before.predicted_gain == pytest.approx(11 / 12 - 1)
@@ -113,11 +114,58 @@ def test_figures_are_computed_from_the_records(tmp_path):
     assert s_before.mean_gain_error_points == pytest.approx(abs(11 / 12 - 1) * 100)
     text = rep.format_section(cfg, [before, after], [s_before, s_after], "python validate/decisions.py X")
     assert "| c | after | mb 2, ckpt 4/4, attn zero3, mlp zero3, root zero3 | +25.0% | -11.1% | 11.1% | zero2 | 0.0% |" in text
-    assert "| after | 1 | 0 | 0 | 11.1% | 1 | 1 | 0.0% | 36.1 pts | 0 |" in text
+    assert "| after | first | 1 | 0 | 0 | 11.1% | 1 | 1 | 0.0% | 36.1 pts | 0 |" in text
     # one repeat missing: provisional, not counted
     next(j for (k, r), j in jobs.items() if k == k2 and r == 1).record_path.unlink()
-    partial = d.figures(ref, d.measure(jobs, 2), 2)
+    partial = d.figures(ref, d.measure(jobs, 2), due)
     assert not partial[0].complete and d.summarize(partial)[0].cases == 0
+
+
+def test_contenders_are_measured_again_and_the_figures_use_all_their_repeats(tmp_path):
+    m = load_model_config("gpt2-tiny")
+    z3 = uniform_plan(m, "zero3", devices=2, micro_batch=4)
+    pick = replace(z3, choices={**z3.choices, "root": GroupChoice("zero2")})
+    plans = {"pick": pick, "a": z3, "b": uniform_plan(m, "zero2", devices=2, micro_batch=4),
+             "c": uniform_plan(m, "ddp", devices=2, micro_batch=4),
+             "d": uniform_plan(m, "zero3", devices=2, micro_batch=4, checkpoint=True)}
+    key = {n: d.plan_key(p) for n, p in plans.items()}
+    ref = d.CaseReference("c", {}, {key[n]: p for n, p in plans.items()}, {key[n]: [f"before: {n}"] for n in plans},
+                          {"before": d.ProfileChoices(key["pick"], [key["pick"], key["a"]],
+                                                      {"zero2": key["b"], "ddp": key["c"]},
+                                                      [("search pick", key["pick"]), ("zero2", key["b"])],
+                                                      {key[n]: 1.0 for n in plans})})
+    cfg = _cfg(tmp_path, repeats=3, confirm_repeats=3, confirm_within=0.08)
+    first_sps = {"a": (10, 11, 12), "pick": (10, 10.5, 9), "b": (10.2,) * 3, "c": (5,) * 3, "d": (10.2, 10.25, 10.3)}
+    jobs = d.jobs_for(cfg, [ref])
+    name = {v: n for n, v in key.items()}
+    for (k, r), job in jobs.items():           # global batch 8: step time = 8 / samples/s
+        _record(job.plan, job.record_path, 8 / first_sps[name[k]][r])
+    first = d.measure(jobs, 3)
+    # a is the best (11); d within 8% of it (10.25); the pick (10) as the search pick; b (10.2) as
+    # the tune's best candidate, and the pick within 8% of b; c (5) is not a contender
+    assert {name[k] for k in d.contenders(cfg, ref, first)} == {"a", "pick", "b", "d"}
+    confirm = d.confirm_jobs(cfg, [ref], first)
+    assert sorted(r for _k, r in confirm) == [3] * 4 + [4] * 4 + [5] * 4
+    again = {"a": 9, "pick": 10.5, "b": 10.2, "d": 10}
+    for (k, r), job in confirm.items():
+        _record(job.plan, job.record_path, 8 / again[name[k]])
+    figs, meas = d.all_figures(cfg, [ref], {**jobs, **confirm})
+    assert meas[key["a"]].samples_per_s == pytest.approx(9.5)      # median of 9, 9, 9, 10, 11, 12
+    assert meas[key["a"]].first_samples_per_s == pytest.approx(11)
+    assert meas[key["pick"]].samples_per_s == pytest.approx(10.5)
+    assert meas[key["d"]].samples_per_s == pytest.approx(10.1)     # median of 10, 10, 10, 10.2, 10.25, 10.3
+    (f1, f2) = figs
+    assert (f1.round, f2.round) == ("first", "confirmed") and f1.complete and f2.complete
+    assert f1.search_loss == pytest.approx(1 - 10 / 11) and f1.tune_pick == "zero2"
+    assert f1.tune_loss == pytest.approx(1 - 10.2 / 11)
+    assert f2.search_loss == 0.0 and f2.tune_pick == "search pick" and f2.tune_loss == 0.0
+    assert f2.best_samples_per_s == pytest.approx(10.5)
+    # a contender's confirmation missing: the confirmed figures are provisional, the first round's not
+    next(iter(confirm.values())).record_path.unlink()
+    f1, f2 = d.all_figures(cfg, [ref], {**jobs, **confirm})[0]
+    assert f1.complete and not f2.complete
+    s1, s2 = d.summarize([f1, f2])
+    assert (s1.round, s1.cases, s2.round, s2.cases) == ("first", 1, "confirmed", 0)
 
 
 def test_the_section_is_replaced_and_the_rest_kept():
@@ -173,6 +221,9 @@ def test_bad_case_file_is_one_line(tmp_path):
     f.write_text(CASES.format(out=tmp_path / "o", hw=ROOT / HW).replace("repeats: 1", "repeats: 0"))
     r = _script(f, "--dry-run")
     assert r.returncode == 2 and "Traceback" not in r.stderr and "repeats" in r.stderr and str(f) in r.stderr
+    f.write_text(CASES.format(out=tmp_path / "o", hw=ROOT / HW) + "confirm: {repeats: 1, within: 8}\n")
+    r = _script(f, "--dry-run")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "confirm.within" in r.stderr and str(f) in r.stderr
 
 
 def test_a_real_campaign_runs_reports_and_resumes(tmp_path):
@@ -239,4 +290,4 @@ def test_failed_runs_are_recorded_and_left_out(tmp_path):
     (case,) = json.loads((out / "decisions.json").read_text())["cases"]
     assert case["measured_plans"] == 0 and case["search_loss"] is None and case["complete"]
     assert "| tiny-100 | before |" in r.stdout
-    assert "| before | 0 | 0 | 0 | - |" in r.stdout          # nothing measured: no case to count
+    assert "| before | first | 0 | 0 | 0 | - |" in r.stdout          # nothing measured: no case to count

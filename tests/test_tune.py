@@ -20,7 +20,7 @@ from osdp_sim.planner.space import SearchSpace                         # noqa: E
 ROOT = Path(__file__).resolve().parents[1]
 HW = str(ROOT / "hwprofiles" / "cpu-2core-calibrated.yaml")
 ARGS = ["--hw", HW, "--model", "gpt2-tiny", "--mem-limit", "80MiB", "--candidates", "1",
-        "--baselines", "1", "--warmup", "1", "--iters", "2", "--refit-starts", "1", "--time-limit", "400"]
+        "--baselines", "1", "--warmup", "1", "--iters", "2", "--refit-starts", "1", "--time-limit", "400", "--confirm", "0"]
 
 
 def _tune(out: Path, *extra, env=None):
@@ -75,6 +75,18 @@ def test_tune_runs_ranks_refits_and_resumes(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "2 runs, 2 already recorded, 0 to run" in again.stderr
     assert json.loads((out / "tune.json").read_text())["ranking"] == res["ranking"]
+
+    # resumed with a confirmation round that takes both (within 100%): one more run each, and each
+    # candidate's figure is the median of its two runs
+    confirmed = _tune(out, "--no-refit", "--confirm", "1", "--confirm-within", "100")
+    assert confirmed.returncode == 0, confirmed.stderr[-3000:]
+    assert "confirming 2 candidates" in confirmed.stderr and "2 runs, 0 already recorded, 2 to run" in confirmed.stderr
+    res2 = json.loads((out / "tune.json").read_text())
+    for m in res2["ranking"]:
+        runs = [load_record(p) for p in m["records"]]
+        assert len(runs) == 2 and {r.data["settings"]["seed"] for r in runs} == {0, 1}
+        sps = [r.plan.global_batch / r.data["measured"]["iteration_time_s"]["median"] for r in runs]
+        assert m["measured_samples_per_s"] == pytest.approx(sum(sps) / 2)
 
 
 def test_failed_runs_are_recorded_and_the_tune_has_no_plan(tmp_path):

@@ -69,18 +69,33 @@ def main(argv=None) -> int:
                                   if k in c.predicted_samples_per_s)
                 print(f"  {d.describe(p)}  [{'; '.join(r.labels[k])}]  predicted samples/s: {preds}")
         return 0
+    limit_s = args.time_limit or cfg.time_limit_s
     if not args.report_only and todo:
-        limit = (args.time_limit or cfg.time_limit_s) - (time.monotonic() - t0)
-        summary = run_campaign(d.campaign_of(cfg), jobs=list(jobs.values()), time_limit_s=max(1.0, limit),
+        summary = run_campaign(d.campaign_of(cfg), jobs=list(jobs.values()),
+                               time_limit_s=max(1.0, limit_s - (time.monotonic() - t0)),
                                max_busy=None if args.wait_idle is None else args.wait_idle / 100.0)
         print(f"decisions {cfg.name}: ran {summary.ran} ({summary.ok} ok, {len(summary.failed)} failed or "
               f"out of memory) in {summary.wall_s / 60:.1f} min"
               + (f"; {summary.left} left for a rerun" if summary.left else ""), flush=True)
-    meas = d.measure(jobs, cfg.repeats)
-    figs = [f for r in refs for f in d.figures(r, meas, cfg.repeats)]
+    if cfg.confirm_repeats:
+        confirm = d.confirm_jobs(cfg, refs, d.measure(jobs, cfg.repeats))
+        left = pending(list(confirm.values()))
+        print(f"decisions {cfg.name}: confirmation round: {len({k for k, _r in confirm})} contenders x "
+              f"{cfg.confirm_repeats} repeats, {len(confirm) - len(left)} recorded, {len(left)} to run; "
+              f"estimated {d.estimate_seconds(cfg, left) / 60:.1f} min", flush=True)
+        if not args.report_only and left:
+            summary = run_campaign(d.campaign_of(cfg), jobs=list(confirm.values()),
+                                   time_limit_s=max(1.0, limit_s - (time.monotonic() - t0)),
+                                   max_busy=None if args.wait_idle is None else args.wait_idle / 100.0)
+            print(f"decisions {cfg.name}: confirmation ran {summary.ran} ({summary.ok} ok) in "
+                  f"{summary.wall_s / 60:.1f} min" + (f"; {summary.left} left for a rerun" if summary.left else ""),
+                  flush=True)
+        jobs = {**jobs, **confirm}
+    figs, meas = d.all_figures(cfg, refs, jobs)
     summ = d.summarize(figs)
     command = f"python validate/decisions.py {args.cases} --wait-idle"
-    done = {f.case for f in figs if f.complete}
+    primary = "confirmed" if cfg.confirm_repeats else "first"
+    done = {f.case for f in figs if f.complete and f.round == primary}
     note = ""
     if len(done) < len(cfg.cases):
         recorded = len(jobs) - len(pending(list(jobs.values())))
@@ -102,7 +117,7 @@ def main(argv=None) -> int:
         print(f"wrote the Decisions section of {doc}")
     print(f"wrote {cfg.out_dir / 'decisions.json'} and {cfg.out_dir / 'report.md'}")
     for s in summ:
-        print(f"  {s.profile}: {s.cases} complete cases; search pick best {s.search_best}, within 3% "
+        print(f"  {s.profile} ({s.round} round): {s.cases} complete cases; search pick best {s.search_best}, within 3% "
               f"{s.search_within}; tune pick best {s.tune_best}, within 3% {s.tune_within}")
     return 0
 

@@ -306,29 +306,76 @@ def campaign_of(cfg: DecisionsConfig):
                     iters=cfg.iters, threads=cfg.threads, seed=0, timeout_s=cfg.run_timeout_s, runs=())
 
 
-def jobs_for(cfg: DecisionsConfig, refs: list[CaseReference]) -> dict[tuple[str, int], "object"]:
-    """(plan key, repeat) -> Job, ordered repeat-major over every case (repeat 1 of every plan,
-    then repeat 2, ...). A plan in two cases (same model) is one job: its records serve both."""
+def _job(cfg: DecisionsConfig, c, ref: CaseReference, i: int, k: str, plan: Plan, r: int, label_total: int):
     from osdp_sim.calibrate.campaign import Job, expected_record_name
     from osdp_sim.runtime.launch import available_cores
+    n = plan.devices
+    threads = c.threads or max(1, available_cores() // n)
+    impl = plan.model.implementation
+    name = expected_record_name(plan, backend=c.backend, device=c.device, world=n, threads=threads,
+                                warmup=c.warmup, iters=c.iters, seed=c.seed + r, impl=impl)
+    folder = re.sub(r"[^A-Za-z0-9_.-]", "_", plan.model.name)
+    label = f"{ref.case}: {ref.labels[k][0]}" + (f" (repeat {r + 1}/{label_total})" if label_total > 1 else "")
+    return Job(model=plan.model.name, nproc=n, plan=plan, seed=c.seed + r, repeat=r,
+               record_path=c.records_dir / folder / f"n{n}" / name, label=label,
+               field=f"{ref.case}.plans[{i}]", impl=impl)
+
+
+def jobs_for(cfg: DecisionsConfig, refs: list[CaseReference]) -> dict[tuple[str, int], "object"]:
+    """(plan key, repeat) -> Job, the first round: `repeats` of every plan, ordered repeat-major
+    over every case (repeat 1 of every plan, then repeat 2, ...). A plan in two cases (same model)
+    is one job: its records serve both."""
     c = campaign_of(cfg)
     jobs = {}
     for r in range(cfg.repeats):
         for ref in refs:
             for i, (k, plan) in enumerate(ref.plans.items()):
-                if (k, r) in jobs:
-                    continue
-                n = plan.devices
-                threads = c.threads or max(1, available_cores() // n)
-                impl = plan.model.implementation
-                name = expected_record_name(plan, backend=c.backend, device=c.device, world=n, threads=threads,
-                                            warmup=c.warmup, iters=c.iters, seed=c.seed + r, impl=impl)
-                folder = re.sub(r"[^A-Za-z0-9_.-]", "_", plan.model.name)
-                label = f"{ref.case}: {ref.labels[k][0]}" + (f" (repeat {r + 1}/{cfg.repeats})"
-                                                             if cfg.repeats > 1 else "")
-                jobs[(k, r)] = Job(model=plan.model.name, nproc=n, plan=plan, seed=c.seed + r, repeat=r,
-                                   record_path=c.records_dir / folder / f"n{n}" / name, label=label,
-                                   field=f"{ref.case}.plans[{i}]", impl=impl)
+                if (k, r) not in jobs:
+                    jobs[(k, r)] = _job(cfg, c, ref, i, k, plan, r, cfg.repeats)
+    return jobs
+
+
+def contenders(cfg: DecisionsConfig, ref: CaseReference, first: dict[str, "PlanMeasurement"]) -> list[str]:
+    """The plans of a case whose comparison decides its figures, to be measured again: those whose
+    first-round median is within confirm_within of the case's best, each profile's search pick,
+    and each profile's tune candidates within confirm_within of the best of them (the tune's own
+    confirmation, calibrate/tune.py). Empty until every plan of the case has its first round.
+
+    Why: the first round's best is the largest of ~20 medians of 3 noisy runs (4.7% between
+    repeats here), so it sits above its plan's true speed, and every other plan's loss against it
+    is inflated by the same amount; measuring the contenders again, independently of the round that
+    selected them, removes that bias where it matters."""
+    if any(k not in first or first[k].repeats_recorded < cfg.repeats for k in ref.plans):
+        return []
+    ok = {k: first[k].samples_per_s for k in ref.plans if first[k].samples_per_s}
+    if not ok:
+        return []
+    near = 1.0 - cfg.confirm_within
+    best = max(ok.values())
+    keep = {k for k, v in ok.items() if v >= near * best}
+    for ch in ref.profiles.values():
+        if ch.search_pick in ok:
+            keep.add(ch.search_pick)
+        tuned = [k for _label, k in ch.tune if k in ok]
+        if tuned:
+            top = max(ok[k] for k in tuned)
+            keep.update(k for k in tuned if ok[k] >= near * top)
+    return [k for k in ref.plans if k in keep]
+
+
+def confirm_jobs(cfg: DecisionsConfig, refs: list[CaseReference], first: dict[str, "PlanMeasurement"]) -> dict:
+    """(plan key, repeat) -> Job of the confirmation round: confirm_repeats more of every case's
+    contenders, repeat-major over all cases like the first round."""
+    c = campaign_of(cfg)
+    total = cfg.repeats + cfg.confirm_repeats
+    chosen = [(ref, contenders(cfg, ref, first)) for ref in refs]
+    jobs = {}
+    for r in range(cfg.repeats, total):
+        for ref, keys in chosen:
+            index = {k: i for i, k in enumerate(ref.plans)}
+            for k in keys:
+                if (k, r) not in jobs:
+                    jobs[(k, r)] = _job(cfg, c, ref, index[k], k, ref.plans[k], r, total)
     return jobs
 
 
@@ -343,30 +390,49 @@ class PlanMeasurement:
     status: str
     """ok (at least one repeat ok), else the last record's status, or 'not run'."""
     samples_per_s: float | None
-    """Median over the ok repeats of global batch / median step time."""
+    """Median over every ok repeat (first round and confirmation) of global batch / median step time."""
     repeats_ok: int
     repeats_recorded: int
+    """Over the first round and the confirmation."""
+    first_samples_per_s: float | None = None
+    """The same median over the first round's repeats alone."""
+    first_recorded: int = 0
+    """First-round repeats recorded."""
 
 
 def measure(jobs: dict, repeats: int) -> dict[str, PlanMeasurement]:
-    """Plan key -> its measurement, from the records on disk."""
+    """Plan key -> its measurement, from the records on disk (repeats below `repeats` are the
+    first round, the rest the confirmation)."""
     from osdp_sim.calibrate.campaign import recorded_status
     from osdp_sim.records import load_record
+    per_key: dict[str, list[tuple[int, object]]] = {}
+    for (k, r), j in jobs.items():
+        per_key.setdefault(k, []).append((r, j))
     out = {}
-    keys = dict.fromkeys(k for k, _r in jobs)
-    for k in keys:
-        sps, last, n = [], "not run", 0
-        for r in range(repeats):
-            j = jobs.get((k, r))
-            if j is None or recorded_status(j.record_path) is None:
+    for k, rjobs in per_key.items():
+        sps, first, last, n, n_first = [], [], "not run", 0, 0
+        for r, j in sorted(rjobs, key=lambda t: t[0]):
+            if recorded_status(j.record_path) is None:
                 continue
             rec = load_record(j.record_path)
             n += 1
+            n_first += r < repeats
             last = rec.status
             if rec.ok:
-                sps.append(j.plan.global_batch / rec.data["measured"]["iteration_time_s"]["median"])
-        out[k] = PlanMeasurement("ok" if sps else last, statistics.median(sps) if sps else None, len(sps), n)
+                v = j.plan.global_batch / rec.data["measured"]["iteration_time_s"]["median"]
+                sps.append(v)
+                if r < repeats:
+                    first.append(v)
+        out[k] = PlanMeasurement("ok" if sps else last, statistics.median(sps) if sps else None, len(sps), n,
+                                 statistics.median(first) if first else None, n_first)
     return out
+
+
+def first_round(meas: dict[str, PlanMeasurement]) -> dict[str, PlanMeasurement]:
+    """The measurements as the first round alone gives them."""
+    return {k: PlanMeasurement("ok" if m.first_samples_per_s else m.status, m.first_samples_per_s,
+                               m.repeats_ok, m.first_recorded, m.first_samples_per_s, m.first_recorded)
+            for k, m in meas.items()}
 
 
 # ---------------------------------------------------------------- figures
@@ -377,6 +443,8 @@ class DecisionFigures:
 
     case: str
     profile: str
+    round: str
+    """'first' (the first round's medians) or 'confirmed' (the contenders' medians over both rounds)."""
     complete: bool
     """Every reference plan has all its repeats recorded (else the figures are provisional)."""
     search_pick: str
@@ -414,9 +482,12 @@ class DecisionFigures:
         return abs(self.predicted_gain - self.measured_gain) * 100
 
 
-def figures(ref: CaseReference, meas: dict[str, PlanMeasurement], repeats: int) -> list[DecisionFigures]:
+def figures(ref: CaseReference, meas: dict[str, PlanMeasurement], expected: dict[str, int],
+            round_name: str = "first") -> list[DecisionFigures]:
+    """Each profile's figures in this case. expected: plan key -> the repeats it is due (the first
+    round's, plus the confirmation's for a contender)."""
     ok = {k: m.samples_per_s for k, m in meas.items() if k in ref.plans and m.status == "ok"}
-    complete = all(meas.get(k) is not None and meas[k].repeats_recorded == repeats for k in ref.plans)
+    complete = all(meas.get(k) is not None and meas[k].repeats_recorded >= expected.get(k, 0) for k in ref.plans)
     best_k = max(ok, key=ok.get) if ok else None
     best_sps = ok[best_k] if best_k else None
     all_base = {k for c in ref.profiles.values() for k in c.baselines.values()}
@@ -429,7 +500,7 @@ def figures(ref: CaseReference, meas: dict[str, PlanMeasurement], repeats: int) 
         tune_ok = [(lab, k) for lab, k in c.tune if k in ok]
         tune_lab, tune_k = max(tune_ok, key=lambda t: ok[t[1]]) if tune_ok else (None, None)
         out.append(DecisionFigures(
-            case=ref.case, profile=name, complete=complete,
+            case=ref.case, profile=name, round=round_name, complete=complete,
             search_pick=describe(ref.plans[c.search_pick]),
             predicted_gain=pred[c.search_pick] / pred_base - 1 if pred_base else 0.0,
             measured_gain=pick_sps / max(base_meas) - 1 if pick_sps and base_meas else None,
@@ -451,6 +522,8 @@ class DecisionSummary:
     """One profile over the complete cases."""
 
     profile: str
+    round: str
+    """As DecisionFigures.round."""
     cases: int
     """Complete cases counted."""
     search_best: int
@@ -468,13 +541,13 @@ class DecisionSummary:
 
 def summarize(figs: list[DecisionFigures]) -> list[DecisionSummary]:
     out = []
-    for prof in dict.fromkeys(f.profile for f in figs):
-        fs = [f for f in figs if f.profile == prof and f.complete and f.search_loss is not None]
+    for prof, rnd in dict.fromkeys((f.profile, f.round) for f in figs):
+        fs = [f for f in figs if f.profile == prof and f.round == rnd and f.complete and f.search_loss is not None]
         sl = [f.search_loss for f in fs]
         tl = [f.tune_loss for f in fs if f.tune_loss is not None]
         ge = [f.gain_error_points for f in fs if f.gain_error_points is not None]
         out.append(DecisionSummary(
-            prof, len(fs), sum(l == 0.0 for l in sl), sum(l <= WITHIN for l in sl), max(sl, default=None),
+            prof, rnd, len(fs), sum(l == 0.0 for l in sl), sum(l <= WITHIN for l in sl), max(sl, default=None),
             sum(l == 0.0 for l in tl), sum(l <= WITHIN for l in tl), max(tl, default=None),
             statistics.fmean(ge) if ge else None, sum(e <= 5.0 for e in ge)))
     return out
@@ -483,3 +556,19 @@ def summarize(figs: list[DecisionFigures]) -> list[DecisionSummary]:
 def _say(log, msg: str) -> None:
     if log:
         print(msg, file=log, flush=True)
+
+
+def all_figures(cfg: DecisionsConfig, refs: list[CaseReference], jobs: dict) -> tuple[list[DecisionFigures], dict]:
+    """Every case's figures on the first round alone and, with a confirmation round, on the
+    confirmed medians; and the measurements (plan key -> PlanMeasurement). jobs: both rounds'."""
+    from collections import Counter
+    meas = measure(jobs, cfg.repeats)
+    expected = Counter(k for k, _r in jobs)
+    first_expected = {k: min(n, cfg.repeats) for k, n in expected.items()}
+    first = first_round(meas)
+    figs = []
+    for ref in refs:
+        figs += figures(ref, first, first_expected, "first")
+        if cfg.confirm_repeats:
+            figs += figures(ref, meas, expected, "confirmed")
+    return figs, meas

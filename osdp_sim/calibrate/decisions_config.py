@@ -16,7 +16,7 @@ DEFAULT_RUN_S = 30.0
 
 _TOP = {"name", "description", "out_dir", "run_hardware", "profiles", "repeats", "warmup", "iters",
         "threads", "top_n", "tune", "time_limit_s", "run_timeout_s", "search_time_limit_s",
-        "precision", "run_seconds", "cases", "baselines"}
+        "precision", "run_seconds", "cases", "baselines", "confirm"}
 BASELINES = ("ddp", "zero2", "zero3", "ddp_per_block", "zero2_per_block", "zero3_per_block")
 """Uniform strategies with checkpointing all or none (each at its best setting), and with per-block
 checkpointing (planner/baselines.py)."""
@@ -76,6 +76,11 @@ class DecisionsConfig:
     """Model -> measured wall seconds of one run, for the estimate printed before running."""
     baselines: tuple[str, ...] = BASELINES
     """The baselines in the reference set (default every one; a smaller set for quick checks)."""
+    confirm_repeats: int = 0
+    """Extra repeats of each case's contenders after the first `repeats` (0: no confirmation)."""
+    confirm_within: float = 0.08
+    """Contenders: plans whose first-round median is within this fraction of the case's best, each
+    profile's search pick, and each profile's tune candidates within it of the best of them."""
 
 
 def load_config(path: str) -> DecisionsConfig:
@@ -97,6 +102,12 @@ def load_config(path: str) -> DecisionsConfig:
             isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in profiles.items()):
         fail("profiles", "expected a mapping name -> profile file, shipped name or REV:PATH, "
                          "e.g. {before: 'HEAD:hwprofiles/cpu-2core-calibrated.yaml'}")
+    confirm = data.get("confirm") or {}
+    if not isinstance(confirm, dict) or set(confirm) - {"repeats", "within"}:
+        fail("confirm", "expected {repeats: N, within: FRACTION}")
+    within = confirm.get("within", 0.08)
+    if isinstance(within, bool) or not isinstance(within, (int, float)) or not 0 < within < 1:
+        fail("confirm.within", f"expected a fraction between 0 and 1, got {within!r}")
     tune = data.get("tune") or {}
     if not isinstance(tune, dict) or set(tune) - {"candidates", "baselines"}:
         fail("tune", "expected {candidates: K, baselines: B}")
@@ -165,7 +176,8 @@ def load_config(path: str) -> DecisionsConfig:
         tune_baselines=count("baselines", 2, lo=0, src=tune, where="tune."),
         time_limit_s=seconds("time_limit_s", 2400), run_timeout_s=seconds("run_timeout_s", 300),
         search_time_limit_s=seconds("search_time_limit_s", 30), precision=precision,
-        run_seconds={str(k): float(v) for k, v in run_s.items()}, baselines=tuple(bases))
+        run_seconds={str(k): float(v) for k, v in run_s.items()}, baselines=tuple(bases),
+        confirm_repeats=count("repeats", 0, lo=0, src=confirm, where="confirm."), confirm_within=float(within))
 
 
 def _whole(v, lo: int) -> bool:

@@ -28,7 +28,16 @@ def format_section(cfg: DecisionsConfig, figs: list[DecisionFigures], summary: l
              f"{cfg.repeats} times ({cfg.warmup} warmup + {cfg.iters} timed steps, 2 gloo ranks x "
              f"{cfg.threads or 'cores/ranks'} thread), interleaved (repeat 1 of every plan, then repeat "
              "2, ...), with `--wait-idle`; its figure is the median samples/s of the ok repeats. The "
-             "**measured best** is the fastest plan of the set.",
+             "**measured best** is the fastest plan of the set."
+             + ("" if not cfg.confirm_repeats else
+                f" **Confirmation round:** the first round's best is the largest of many noisy medians, "
+                "so it sits above its plan's true speed and inflates every other plan's loss against it. "
+                f"After the first round, each case's *contenders* (every plan within {cfg.confirm_within:.0%} "
+                "of its best, each profile's search pick, and each profile's tune candidates within "
+                f"{cfg.confirm_within:.0%} of the best of them, as `osdp-sim tune --confirm` does) run "
+                f"{cfg.confirm_repeats} more times, interleaved; their figure is then the median of all "
+                f"{cfg.repeats + cfg.confirm_repeats} repeats, and the measured best is taken again over "
+                "the set (osdp_sim/calibrate/decisions.py `contenders`)."),
              "",
              "Per profile: the *search pick* is its search's plan; *predicted gain* = its predicted "
              "samples/s over the best baseline's predicted by the same profile, minus 1; *measured gain* "
@@ -42,20 +51,34 @@ def format_section(cfg: DecisionsConfig, figs: list[DecisionFigures], summary: l
              f"    {command}", ""]
     if note:
         lines += [note, ""]
+    primary = "confirmed" if cfg.confirm_repeats else "first"
+    firsts = {(f.case, f.profile): f for f in figs if f.round == "first"}
+
+    def loss(f, attr):
+        v = _pct(getattr(f, attr), False)
+        if f.round == "first":
+            return v
+        return f"{v} ({_pct(getattr(firsts[(f.case, f.profile)], attr), False)})"
+
     lines += ["| case | profile | search pick | predicted gain | measured gain | search loss | tune pick | "
               "tune loss | measured best | plans ok |", "|---|---|---|---:|---:|---:|---|---:|---|---:|"]
     for f in figs:
+        if f.round != primary:
+            continue
         mark = "" if f.complete else " (partial)"
         lines.append(f"| {f.case}{mark} | {f.profile} | {f.search_pick} | {_pct(f.predicted_gain)} | "
-                     f"{_pct(f.measured_gain)} | {_pct(f.search_loss, False)} | {f.tune_pick or '-'} | "
-                     f"{_pct(f.tune_loss, False)} | {f.best or '-'}"
+                     f"{_pct(f.measured_gain)} | {loss(f, 'search_loss')} | {f.tune_pick or '-'} | "
+                     f"{loss(f, 'tune_loss')} | {f.best or '-'}"
                      + (f", {f.best_samples_per_s:.3f} samples/s" if f.best_samples_per_s else "")
                      + f" | {f.measured_plans}/{f.reference_plans} |")
-    lines += ["", "| profile | cases | search pick best | within 3% | worst loss | tune pick best | within 3% | "
+    if cfg.confirm_repeats:
+        lines += ["", "Losses in parentheses: the first round alone (every plan's median of "
+                  f"{cfg.repeats}), before the contenders were measured again."]
+    lines += ["", "| profile | round | cases | search pick best | within 3% | worst loss | tune pick best | within 3% | "
               "worst loss | mean abs(pred - meas gain) | gains within 5 pts |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summary:
-        lines.append(f"| {s.profile} | {s.cases} | {s.search_best} | {s.search_within} | "
+        lines.append(f"| {s.profile} | {s.round} | {s.cases} | {s.search_best} | {s.search_within} | "
                      f"{_pct(s.search_worst_loss, False)} | {s.tune_best} | {s.tune_within} | "
                      f"{_pct(s.tune_worst_loss, False)} | "
                      + ("-" if s.mean_gain_error_points is None else f"{s.mean_gain_error_points:.1f} pts")
@@ -99,14 +122,15 @@ def format_details(refs: list[CaseReference], meas: dict[str, PlanMeasurement]) 
         profs = list(ref.profiles)
         out += [f"## {ref.case}", "",
                 "| plan | in the set as | " + " | ".join(f"predicted ({p})" for p in profs)
-                + " | measured samples/s | status |",
-                "|---|---|" + "---:|" * len(profs) + "---:|---|"]
+                + " | measured samples/s | first round | status |",
+                "|---|---|" + "---:|" * len(profs) + "---:|---:|---|"]
         rows = sorted(ref.plans, key=lambda k: -(meas[k].samples_per_s or 0) if k in meas else 0)
         for k in rows:
             m = meas.get(k)
             out.append(f"| {describe(ref.plans[k])} | {'; '.join(ref.labels[k])} | "
                        + " | ".join(_num(ref.profiles[p].predicted_samples_per_s.get(k)) for p in profs)
                        + f" | {'-' if not m or m.samples_per_s is None else f'{m.samples_per_s:.3f}'} | "
+                       f"{'-' if not m or m.first_samples_per_s is None else f'{m.first_samples_per_s:.3f}'} | "
                        f"{m.status if m else 'not run'}" + (f" ({m.repeats_ok}/{m.repeats_recorded} ok)" if m else "")
                        + " |")
         out.append("")

@@ -185,6 +185,13 @@ class RunSettings:
     seed: int = 0
     threads: int | None = None
     timeout_s: float = 600.0
+    confirm: int = 2
+    """Extra repeats of the contenders after the first round: every candidate whose first-round
+    median is within confirm_within of the fastest (0: none)."""
+    confirm_within: float = 0.08
+    """About twice the spread between repeats of one plan on an idle machine (4.7% on the 2-core
+    CPU, docs/accuracy.md): candidates closer than this to the fastest are not told apart by one
+    round."""
 
 
 def _campaign(settings: RunSettings, name: str) -> Campaign:
@@ -194,13 +201,18 @@ def _campaign(settings: RunSettings, name: str) -> Campaign:
                     threads=settings.threads, seed=settings.seed, timeout_s=settings.timeout_s, runs=())
 
 
-def jobs_for(cands: list[Candidate], c: Campaign, repeats: int) -> list[Job]:
+def jobs_for(cands: list[Candidate], c: Campaign, repeats: int, *, first: int = 0,
+             which: list[int] | None = None) -> list[Job]:
     """Interleaved: every candidate once, then every candidate again, ... (so slow drift of the
-    machine touches all candidates alike)."""
+    machine touches all candidates alike). Repeats first .. first + repeats - 1 of the candidates
+    `which` (indices; default all)."""
     from osdp_sim.runtime.launch import available_cores
     jobs = []
-    for r in range(repeats):
+    total = first + repeats
+    for r in range(first, total):
         for i, cand in enumerate(cands):
+            if which is not None and i not in which:
+                continue
             n = cand.plan.devices
             threads = c.threads or max(1, available_cores() // n)
             # whose modules run it: the implementation its description follows (a config.json
@@ -211,7 +223,7 @@ def jobs_for(cands: list[Candidate], c: Campaign, repeats: int) -> list[Job]:
                                         impl=impl)
             jobs.append(Job(model=cand.plan.model.name, nproc=n, plan=cand.plan, seed=c.seed + r, repeat=r,
                             record_path=c.records_dir / f"n{n}" / name,
-                            label=cand.label + (f" (repeat {r + 1}/{repeats})" if repeats > 1 else ""),
+                            label=cand.label + (f" (repeat {r + 1}/{total})" if total > 1 else ""),
                             field=f"candidates[{i}]", impl=impl))
     return jobs
 
@@ -237,6 +249,15 @@ def measured(cands: list[Candidate], jobs: list[Job]) -> list[Measured]:
     return out
 
 
+def contenders(first: list[Measured], within: float) -> list[int]:
+    """Indices of the candidates measured ok whose samples/s is within `within` of the fastest."""
+    ok = [m.samples_per_s for m in first if m.status == "ok"]
+    if not ok:
+        return []
+    best = max(ok)
+    return [i for i, m in enumerate(first) if m.status == "ok" and m.samples_per_s >= (1 - within) * best]
+
+
 def spearman(xs: list[float], ys: list[float]) -> float | None:
     if len(xs) < 3:
         return None
@@ -254,7 +275,9 @@ relative error) says so: the earlier records then describe another state of the 
 def tune(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, settings: RunSettings, *,
          k: int = 3, baselines: int = 2, refit: bool = True, refit_starts: int = 2,
          refit_on: str = "all", time_limit_s: float | None = 1800.0, log=sys.stderr) -> TuneResult:
-    """choose_candidates, run each `settings.repeats` times, rank by measurement, refit.
+    """choose_candidates, run each `settings.repeats` times, run the contenders (those within
+    settings.confirm_within of the fastest) settings.confirm more times, rank by measurement
+    (median over each candidate's ok repeats), refit.
 
     The candidates are written to out_dir/candidates.json first; a second call with the same
     out_dir (and the same model, profile and limit) reuses them and runs only what has no record
@@ -290,7 +313,17 @@ def tune(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, se
     jobs = jobs_for(cands, camp, settings.repeats)
     runs_left = left()
     run_limit = None if runs_left is None else max(1.0, runs_left - max(30.0, 0.2 * runs_left) * refit)
+    t_runs = time.monotonic()
     summary = run_campaign(camp, jobs=jobs, log=log, time_limit_s=run_limit)
+    if settings.confirm and not summary.left:
+        which = contenders(measured(cands, jobs), settings.confirm_within)
+        if len(which) > 1:
+            more = jobs_for(cands, camp, settings.confirm, first=settings.repeats, which=which)
+            _say(log, f"tune: confirming {len(which)} candidates within {settings.confirm_within:.0%} of the "
+                      f"fastest: {settings.confirm} more repeat(s) each")
+            limit2 = None if run_limit is None else max(1.0, run_limit - (time.monotonic() - t_runs))
+            summary = run_campaign(camp, jobs=more, log=log, time_limit_s=limit2)
+            jobs = jobs + more
     ranked = measured(cands, jobs)
     ok = [m for m in ranked if m.status == "ok"]
     ranking = sorted(ok, key=lambda m: -m.samples_per_s) + \

@@ -5,7 +5,7 @@ import math
 import sys
 from pathlib import Path
 
-from osdp_sim.cli.common import check_seconds, nonneg_int, positive_int, warn_if_documented
+from osdp_sim.cli.common import check_seconds, nonneg_int, percent, positive_int, warn_if_documented
 from osdp_sim.cli.search_cmd import add_space_arguments, build_space, cap_to_device
 from osdp_sim.errors import UserError
 from osdp_sim.fileio import check_writable
@@ -27,6 +27,12 @@ def add_arguments(p) -> None:
                    help="also run the B fastest distinct uniform baselines, per-block checkpointing "
                         "included (default 2)")
     p.add_argument("--repeats", type=positive_int, default=1, help="runs per candidate, interleaved (default 1)")
+    p.add_argument("--confirm", type=nonneg_int, default=2, metavar="N",
+                   help="after the first round, N more runs of every candidate within --confirm-within of "
+                        "the fastest, interleaved, so near-ties are told apart (default 2; 0: none)")
+    p.add_argument("--confirm-within", type=percent, default=8.0, metavar="PCT",
+                   help="what counts as a near-tie, in percent of the fastest (default 8: about twice the "
+                        "spread between repeats of one plan)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--backend", choices=("fsdp2", "fairscale"), default="fsdp2")
     p.add_argument("--warmup", type=nonneg_int, default=2, help="untimed steps per run (default 2)")
@@ -66,7 +72,8 @@ def run(args) -> int:
     warn_if_documented(hw)
     settings = RunSettings(hardware=args.hw, out_dir=out_dir, device=args.device, backend=args.backend,
                            warmup=args.warmup, iters=args.iters, repeats=args.repeats,
-                           threads=args.threads, timeout_s=args.run_timeout)
+                           threads=args.threads, timeout_s=args.run_timeout, confirm=args.confirm,
+                           confirm_within=args.confirm_within / 100.0)
     res = tune(spec, hw, limit, space, settings, k=args.candidates, baselines=args.baselines,
                refit=not args.no_refit, refit_starts=args.refit_starts, refit_on=args.refit_on,
                time_limit_s=args.time_limit)
