@@ -196,7 +196,7 @@ def run(args) -> int:
     if result.plan is None:
         if result.status == "time_limit":
             msg = (f"time limit reached before any plan was found (no plan can exceed "
-                   f"{result.best_bound:.4g} samples/s); a longer --time-limit searches further")
+                   f"{result.best_bound_samples_per_s:.4g} samples/s); a longer --time-limit searches further")
             least = None
         else:
             msg = infeasible_message(spec, hw, limit, space, result, args, budget.deadline)
@@ -214,7 +214,7 @@ def run(args) -> int:
     for b in baselines.values():
         if b.note:
             progress(f"baseline {b.name}: {b.note}")
-    why = explain(spec, hw, result.plan, result.estimate, baselines)
+    why = explain(spec, hw, result.plan, result.prediction, baselines)
 
     if args.output:
         from osdp_sim.plan import save_plan
@@ -232,7 +232,7 @@ def run(args) -> int:
 
 def _with_notes(result, spec, hw, limit, headroom_bytes: float = 0.0):
     from dataclasses import replace
-    e = result.estimate
+    e = result.prediction
     notes = {"made_by": "osdp-sim search", "hardware": hw.name, "mem_limit_bytes": limit,
              "headroom_bytes": headroom_bytes,
              "status": result.status, "predicted": {"peak_memory_bytes": e.peak_memory_bytes,
