@@ -584,7 +584,7 @@ class _Search:
         # than the bound of the whole space)
         tolerated = [min(self.kth_best() * (1.0 + self.rel_gap), self.global_ub)] if self.rel_gap and top else []
         bound = max([best] + open_bounds + tolerated) if top else (max(open_bounds) if open_bounds else 0.0)
-        open_cfgs = tuple(OpenConfig(c.config.micro_batch, c.config.shard_group, c.config.root, c.ub_sps,
+        open_cfgs = tuple(OpenConfig(c.config.micro_batch, c.config.shard_group, c.config.root, float(c.ub_sps),
                                      "key graph over the caps" if c.config in self.over_caps
                                      else "not finished within the time limit")
                           for c in order if timed_out and c.ub_sps > self.goal())   # (below: within rel_gap)
@@ -628,8 +628,9 @@ def _result(status: str, plan: Plan | None, prediction: Estimate | None, bound: 
             message: str, *, min_peak_memory_bytes: float = math.nan, min_peak_plan: Plan | None = None,
             min_peak_proven: bool = True, **fields) -> SearchResult:
     assert status in STATUSES, status
-    return SearchResult(status=status, plan=plan, prediction=prediction, best_bound_samples_per_s=bound, gap=gap,
-                        seconds=seconds, message=message, min_peak_memory_bytes=min_peak_memory_bytes,
+    return SearchResult(status=status, plan=plan, prediction=prediction, best_bound_samples_per_s=float(bound),
+                        gap=float(gap),
+                        seconds=seconds, message=message, min_peak_memory_bytes=float(min_peak_memory_bytes),
                         min_peak_plan=min_peak_plan, min_peak_proven=min_peak_proven, **fields)
 
 
