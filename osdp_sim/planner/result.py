@@ -144,14 +144,15 @@ class SearchResult:
         """The answer is certified: optimal, within the gap tolerance, or infeasible."""
         return self.status != "time_limit"
 
-    def to_json(self) -> dict:
-        """The object `osdp-sim search --json` prints (format osdp-sim/search, docs/json.md)."""
+    def to_json(self, explanation: str | None = None) -> dict:
+        """The object `osdp-sim search --json` prints (format osdp-sim/search, docs/json.md);
+        explanation: its "why" when already computed (report.explain)."""
         from osdp_sim.planner.report import explain, no_plan_to_json, result_to_json
         if self.plan is None:
             least = None if self.status == "time_limit" else self.min_peak_memory_bytes
             return no_plan_to_json(self.model, self.hardware, self.mem_limit_bytes, self, self.message,
                                    min_peak_memory_bytes=least, headroom_bytes=self.headroom_bytes)
-        why = explain(self.model, self.hardware, self.plan, self.prediction, self.baselines)
+        why = explanation or explain(self.model, self.hardware, self.plan, self.prediction, self.baselines)
         return result_to_json(self.model, self.hardware, self.mem_limit_bytes, self, self.baselines,
                               explanation=why, headroom_bytes=self.headroom_bytes)
 
