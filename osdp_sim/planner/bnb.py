@@ -11,7 +11,7 @@ promising configurations supplies that incumbent first. docs/search.md has the a
 import math
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -355,7 +355,7 @@ class _Search:
         self.hw, self.pq_max, self.top_k, self.rel_gap = hw, pq_max, top_k, rel_gap
         self.t0, self.deadline, self.progress, self.graph_caps = t0, deadline, progress, graph_caps
         self.found: list = []                # (sps, peak, order, cfg, Finished, key), best first
-        self.evaluated: list = []
+        self.evaluated: list[EvaluatedPlan] = []
         self.per_mb: dict = {}               # micro-batch -> [best samples/s, ruled out by bound]
         self.open_bounds: list[float] = []   # bounds of what a deadline left unsearched
         self.over_caps: set = set()          # configurations whose key graph passed the caps
@@ -378,7 +378,7 @@ class _Search:
             peak, sps = _finished_value(c.problem, f, self.hw)
             self.leaves += 1
             if len(self.evaluated) < EVALUATED_CAP:
-                self.evaluated.append((peak, sps))
+                self.evaluated.append(EvaluatedPlan(peak, sps))
             if f.peak_q <= self.pq_max:
                 key = (c.config, tuple(f.attn), tuple(f.mlp), tuple(f.ckpt))
                 if all(k[5] != key for k in self.found):
@@ -590,8 +590,9 @@ class _Search:
                           for c in order if timed_out and c.ub_sps > self.goal())   # (below: within rel_gap)
         common = dict(
             top=tuple(top), nodes=self.nodes, leaves=self.leaves,
-            per_micro_batch=tuple(MicroBatchOutcome(mb, v[0], v[1] and v[0] is None) for mb, v in sorted(per_mb.items())),
-            evaluated=tuple(EvaluatedPlan(peak, sps) for peak, sps in self.evaluated),
+            per_micro_batch=tuple(MicroBatchOutcome(mb, best_sps, bound_only and best_sps is None)
+                                  for mb, (best_sps, bound_only) in sorted(per_mb.items())),
+            evaluated=tuple(self.evaluated),
             configs=len(cfgs), configs_searched=self.searched, open_configs=open_cfgs,
             model=spec, hardware=hw, mem_limit_bytes=mem_limit_bytes)
         if top:
