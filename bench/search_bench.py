@@ -26,7 +26,7 @@ def ours(spec, hw, limit, space, time_limit, rel_gap=0.0):
     t = time.perf_counter()
     r = search(spec, hw, limit, space, time_limit_s=time_limit, rel_gap=rel_gap)
     dt = time.perf_counter() - t
-    sps = r.estimate.samples_per_s if r.estimate else None
+    sps = r.prediction.samples_per_s if r.prediction else None
     mb = r.plan.micro_batch if r.plan else None
     line = (f"ours      {r.status:10s} {dt:8.2f} s  nodes {r.nodes:>10d}  plans {r.leaves:>6d}  "
             f"configs {r.configs_searched}/{r.configs}  samples/s {sps if sps is None else round(sps, 3)}  "

@@ -1,13 +1,13 @@
 """The Python API: what `osdp-sim estimate`, `search` and `pareto` do, as functions.
 
 Models and profiles are taken by name, path or object; sizes as "40GiB" or bytes. Defaults are
-the CLI's (a finite time limit included). Results are dataclasses; PlanSearch.to_json() is the
-object `osdp-sim search --json` prints. docs/python-api.md has a worked example.
+the CLI's (a finite time limit included). Results are dataclasses; search() returns
+planner.result.SearchResult, whose to_json() is the object `osdp-sim search --json` prints. docs/python-api.md has a worked example.
 """
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from osdp_sim.costmodel import Estimate
 from osdp_sim.costmodel import estimate as _estimate
@@ -16,7 +16,8 @@ from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.config import ModelConfig
 from osdp_sim.model.spec import ModelSpec, build_spec
 from osdp_sim.plan.plan import Plan
-from osdp_sim.planner.bnb import DEFAULT_PARETO_TIME_LIMIT_S, DEFAULT_TIME_LIMIT_S, SearchResult
+from osdp_sim.planner.bnb import DEFAULT_PARETO_TIME_LIMIT_S, DEFAULT_TIME_LIMIT_S
+from osdp_sim.planner.result import SearchResult
 from osdp_sim.planner.space import SearchSpace
 from osdp_sim.units import parse_bytes
 
@@ -86,59 +87,15 @@ def estimate(model, hardware, plan: Plan) -> Estimate:
     return _estimate(spec, hw if plan.devices == hw.device.count else hw.with_devices(plan.devices), plan)
 
 
-@dataclass
-class Certificate:
-    """What the search proved. status: optimal (no plan is faster), within_gap (none is faster by
-    more than rel_gap), time_limit (stopped; best_bound still holds), infeasible (nothing fits)."""
-
-    status: str
-    best_bound_samples_per_s: float      # no plan of the space is faster
-    gap: float                           # (best_bound - plan) / plan; 0 when optimal
-    nodes: int
-    seconds: float
-    open_configs: list = field(default_factory=list)
-
-
-@dataclass
-class PlanSearch:
-    """The result of search(): the plan and its prediction (None when nothing fits or time ran
-    out first), the baselines it is compared with, the certificate and the raw SearchResult."""
-
-    plan: Plan | None
-    prediction: Estimate | None
-    baselines: dict                      # name -> planner.baselines.Baseline
-    certificate: Certificate
-    message: str
-    model: ModelSpec
-    hardware: HardwareProfile
-    mem_limit_bytes: float               # the limit searched: min(mem_limit, usable) less the headroom
-    result: SearchResult
-    headroom_bytes: float = 0.0
-
-    @property
-    def success(self) -> bool:
-        return self.plan is not None
-
-    def to_json(self) -> dict:
-        """The object `osdp-sim search --json` prints."""
-        from osdp_sim.planner.report import explain, no_plan_to_json, result_to_json
-        if self.plan is None:
-            least = None if self.result.status == "time_limit" else self.result.min_peak_memory_bytes
-            return no_plan_to_json(self.model, self.hardware, self.mem_limit_bytes, self.result, self.message,
-                                   min_peak_memory_bytes=least, headroom_bytes=self.headroom_bytes)
-        why = explain(self.model, self.hardware, self.plan, self.prediction, self.baselines)
-        return result_to_json(self.model, self.hardware, self.mem_limit_bytes, self.result, self.baselines,
-                              explanation=why, headroom_bytes=self.headroom_bytes)
-
-
 def search(model, hardware, mem_limit: str | int | float, *, time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
            space: SearchSpace | None = None, baselines: bool = True, top_k: int = 1,
-           rel_gap: float = 0.0, headroom: str | int | float = 0, **space_fields) -> PlanSearch:
+           rel_gap: float = 0.0, headroom: str | int | float = 0, **space_fields) -> SearchResult:
     """The plan of highest throughput within `mem_limit` per device, proven optimal within the time
     limit (the whole call's: the search and the baselines), like `osdp-sim search`. The space is
     `space` or SearchSpace(**space_fields) (strategies, splits, checkpoint, micro_batches, ...);
     a limit above the device's usable memory is capped to it; `headroom` ("2GiB", "10%" of that
-    capped limit, or bytes) is left free below it, as --headroom."""
+    capped limit, or bytes) is left free below it, as --headroom. The result is planner.bnb.search's
+    with the uniform baselines and the OSDP knapsack DP's plan filled (when a plan was found)."""
     from osdp_sim.planner.baselines import all_baselines
     from osdp_sim.planner.bnb import search as _search
     from osdp_sim.planner.budget import Budget
@@ -154,8 +111,7 @@ def search(model, hardware, mem_limit: str | int | float, *, time_limit_s: float
     found = {}
     if baselines and res.plan is not None:
         found = all_baselines(spec, hw, limit, space, deadline=budget.deadline)
-    cert = Certificate(res.status, res.best_bound, res.gap, res.nodes, res.seconds, list(res.open_configs))
-    return PlanSearch(res.plan, res.estimate, found, cert, res.message, spec, hw, limit, res, room)
+    return replace(res, baselines=found, headroom_bytes=room)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Real JSON outputs (estimate --json, search --json with and without a plan, committed plan files
 and records) against the documented schema (tests/json_schema.py, the form of docs/json.md the
-tests read); docs/json.md names every key of it; PlanSearch.to_json() is search --json."""
+tests read); docs/json.md names every key of it; SearchResult.to_json() is search --json."""
 
 import contextlib
 import glob

@@ -100,8 +100,8 @@ def test_search_equals_brute_force(chunk, probe, monkeypatch):
             continue
         checked += 1
         assert res.status == "optimal"
-        assert res.estimate.samples_per_s == pytest.approx(feas[0][0], rel=1e-9)
-        assert res.estimate.peak_memory_bytes <= limit
+        assert res.prediction.samples_per_s == pytest.approx(feas[0][0], rel=1e-9)
+        assert res.prediction.peak_memory_bytes <= limit
         if len(feas) == 1 or feas[1][0] < feas[0][0] * (1 - 1e-9):
             unique += 1
             assert _same_plan(res.plan, feas[0][2])
@@ -123,7 +123,7 @@ def test_top_k_sorted_and_equal_to_brute_force(probe, monkeypatch):
         limit = sorted(p[1] for p in plans)[len(plans) // 2]
         feas = sorted((p[0] for p in plans if p[1] <= limit), reverse=True)
         res = search(spec, hw, limit, space, top_k=3)
-        got = [e.samples_per_s for _p, e in res.top]
+        got = [t.prediction.samples_per_s for t in res.top]
         assert all(a >= b * (1 - 1e-9) for a, b in zip(got, got[1:]))   # ties may differ in the last bit
         assert got == pytest.approx(feas[:3], rel=1e-9)
 
@@ -144,27 +144,28 @@ def test_time_limit_reports_best_and_gap():
     spec = build_spec(with_overrides(BUILTIN["gpt2-1.5b"], n_layers=12))
     space = SearchSpace(micro_batches=(2, 4))
     full = search(spec, hw, 4 * 2**30, space)
-    assert full.status == "optimal" and full.gap == 0.0 and full.open_configs == []
+    assert full.status == "optimal" and full.gap == 0.0 and full.open_configs == ()
     # a deadline already passed: nothing searched, and the bound still covers the optimum
     none = search(spec, hw, 4 * 2**30, space, time_limit_s=0.0)
     assert none.status == "time_limit" and none.plan is None
-    assert none.best_bound >= full.estimate.samples_per_s * (1 - 1e-9)
+    assert none.best_bound_samples_per_s >= full.prediction.samples_per_s * (1 - 1e-9)
     # a deadline part of the way: either stopped with a plan and a gap, or finished (a fast machine)
     res = search(spec, hw, 4 * 2**30, space, time_limit_s=0.2)      # here: a plan, gap about 14%
     if res.status == "time_limit":
-        assert res.best_bound >= full.estimate.samples_per_s * (1 - 1e-9)
+        assert res.best_bound_samples_per_s >= full.prediction.samples_per_s * (1 - 1e-9)
         if res.plan is not None:
-            assert res.gap == pytest.approx((res.best_bound - res.estimate.samples_per_s) / res.estimate.samples_per_s)
-            assert res.estimate.samples_per_s <= full.estimate.samples_per_s * (1 + 1e-9)
+            got = res.prediction.samples_per_s
+            assert res.gap == pytest.approx((res.best_bound_samples_per_s - got) / got)
+            assert res.prediction.samples_per_s <= full.prediction.samples_per_s * (1 + 1e-9)
             # what is left open, and why, is named: configurations whose bound beats the plan found
             assert res.open_configs and "open: micro-batch" in res.message
             for o in res.open_configs:
-                assert o["bound_samples_per_s"] > res.estimate.samples_per_s
-                assert o["micro_batch"] in (2, 4)
-                assert o["reason"] in ("key graph over the caps", "not finished within the time limit")
+                assert o.bound_samples_per_s > res.prediction.samples_per_s
+                assert o.micro_batch in (2, 4)
+                assert o.reason in ("key graph over the caps", "not finished within the time limit")
     else:
         assert res.status == "optimal"
-        assert res.estimate.samples_per_s == pytest.approx(full.estimate.samples_per_s, rel=1e-9)
+        assert res.prediction.samples_per_s == pytest.approx(full.prediction.samples_per_s, rel=1e-9)
 
 
 def test_infeasible_reports_least_peak():
@@ -188,7 +189,7 @@ def test_pareto_front_points_equal_search_at_their_limit():
         assert peaks == sorted(peaks)
         for peak, sps, plan in pr.front:
             res = search(spec, hw, peak, space)
-            assert res.estimate.samples_per_s == pytest.approx(sps, rel=1e-9)
+            assert res.prediction.samples_per_s == pytest.approx(sps, rel=1e-9)
             best = max(p[0] for p in plans if p[1] <= peak)
             assert sps == pytest.approx(best, rel=1e-9)
 
@@ -206,7 +207,7 @@ def test_shared_cache_gives_the_same_optimum_at_every_limit():
             shared = search(spec, hw, limit, space, cache=cache)
             assert shared.status == fresh.status
             if fresh.plan is not None:
-                assert shared.estimate.samples_per_s == pytest.approx(fresh.estimate.samples_per_s, rel=1e-12)
+                assert shared.prediction.samples_per_s == pytest.approx(fresh.prediction.samples_per_s, rel=1e-12)
         assert cache["engines"]                 # the tables were kept
 
 
@@ -228,12 +229,12 @@ def test_gap_tolerance_is_certified_against_brute_force(probe, monkeypatch):
         rel_gap = rng.choice([0.02, 0.1, 0.3])
         res = search(spec, hw, limit, space, rel_gap=rel_gap)
         assert res.status in ("optimal", "within_gap")
-        got = res.estimate.samples_per_s
-        assert res.estimate.peak_memory_bytes <= limit
+        got = res.prediction.samples_per_s
+        assert res.prediction.peak_memory_bytes <= limit
         assert got * (1 + rel_gap) >= best * (1 - 1e-9)
-        assert res.best_bound >= best * (1 - 1e-9)
+        assert res.best_bound_samples_per_s >= best * (1 - 1e-9)
         assert res.gap <= rel_gap + 1e-9          # the fast model and estimate() agree to ~1e-10
-        assert res.gap == pytest.approx((res.best_bound - got) / got)
+        assert res.gap == pytest.approx((res.best_bound_samples_per_s - got) / got)
         checked += 1
         short += got < best * (1 - 1e-9)
     assert checked == 40 and short > 0
@@ -291,8 +292,8 @@ def test_search_with_selective_checkpointing_equals_brute_force(chunk, probe, mo
             continue
         checked += 1
         assert res.status == "optimal"
-        assert res.estimate.samples_per_s == pytest.approx(feas[0][0], rel=1e-9)
-        assert res.estimate.peak_memory_bytes <= limit
+        assert res.prediction.samples_per_s == pytest.approx(feas[0][0], rel=1e-9)
+        assert res.prediction.peak_memory_bytes <= limit
         assert not (any(res.plan.selective) and not all(
             s for s, c in zip(res.plan.selective, res.plan.checkpoint) if c))   # one policy per plan
         with_selective += any(res.plan.selective)

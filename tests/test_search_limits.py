@@ -55,14 +55,14 @@ def test_micro_batch_bound_is_admissible(seed):
     space = SearchSpace(splits=(1, 2))
     mbs = range(1, 7)
     roomy = search(spec, hw, 2**40, SearchSpace(splits=(1, 2), micro_batches=(1,)), time_limit_s=None)
-    for limit in (2**40, 1.05 * roomy.estimate.peak_memory_bytes, 1.6 * roomy.estimate.peak_memory_bytes):
+    for limit in (2**40, 1.05 * roomy.prediction.peak_memory_bytes, 1.6 * roomy.prediction.peak_memory_bytes):
         b = _bounds(spec, hw, space, limit, mbs)
         ub = dict(zip(b.micro_batches.tolist(), b.ub_samples_per_s.tolist()))
         for mb in mbs:
             r = search(spec, hw, limit, SearchSpace(splits=(1, 2), micro_batches=(mb,)), time_limit_s=None)
             assert r.status in ("optimal", "infeasible")
             if r.plan is not None:
-                assert r.estimate.samples_per_s <= ub[mb], (limit, mb)
+                assert r.prediction.samples_per_s <= ub[mb], (limit, mb)
 
 
 def test_compute_part_is_the_search_tables():
@@ -89,10 +89,10 @@ def test_open_micro_batches_are_bounded_not_enumerated():
     lazy = search(spec, hw, 11 * 2**30, SearchSpace(splits=(1,)), time_limit_s=60)
     assert time.perf_counter() - t0 < 30
     assert lazy.status == "optimal"
-    assert len({mb for mb, _v, _p in lazy.per_micro_batch}) < 200
+    assert len({o.micro_batch for o in lazy.per_micro_batch}) < 200
     listed = search(spec, hw, 11 * 2**30, SearchSpace(splits=(1,), micro_batches=tuple(range(1, 65))),
                     time_limit_s=60)
-    assert lazy.estimate.samples_per_s == pytest.approx(listed.estimate.samples_per_s, rel=1e-12)
+    assert lazy.prediction.samples_per_s == pytest.approx(listed.prediction.samples_per_s, rel=1e-12)
 
 
 def test_search_has_a_finite_default_time_limit():

@@ -1,4 +1,4 @@
-"""The additive surrogate (search objective="additive") against an independent formulation: a
+"""The additive surrogate (planner.additive.search_additive) against an independent formulation: a
 0-1 integer program per configuration solved with scipy.optimize.milp. Same optimum every time.
 Also: the surrogate's time is estimate()'s iteration time at overlap slowdown 2."""
 
@@ -13,7 +13,8 @@ from searchfixtures import random_hw, random_spec
 from osdp_sim.costmodel import estimate
 from osdp_sim.costmodel.fast import Config, MEM_Q, total_peak_bytes
 from osdp_sim.plan.plan import STRATEGIES
-from osdp_sim.planner.bnb import _limit_q, search
+from osdp_sim.planner.additive import search_additive
+from osdp_sim.planner.bnb import _limit_q
 from osdp_sim.planner.problem import build_problem
 from osdp_sim.planner.space import SearchSpace, group_choices, shard_groups_of
 
@@ -98,18 +99,19 @@ def test_additive_search_matches_milp(seed):
                             checkpoint=rng.choice([(False,), (False, True)]),
                             micro_batches=rng.choice([(1,), (1, 2), (2, 3)]), root_strategies=("zero2", "zero3"))
         # a limit between the least and the largest additive memory of uniform plans
-        lo = search(spec, hw, 1e18, space, objective="additive")
-        limit = rng.uniform(0.3, 1.2) * lo.estimate.peak_memory_bytes
-        res = search(spec, hw, limit, space, objective="additive")
+        lo = search_additive(spec, hw, 1e18, space)
+        limit = rng.uniform(0.3, 1.2) * lo.prediction.peak_memory_bytes
+        res = search_additive(spec, hw, limit, space)
         ref = _milp_best(spec, hw, space, limit)
         if ref is None:
             assert res.status == "infeasible"
             continue
         assert res.status == "optimal"
-        got = res.per_micro_batch and max(v for _mb, v, _p in res.per_micro_batch if v is not None)
+        got = res.per_micro_batch and max(o.best_samples_per_s for o in res.per_micro_batch
+                                          if o.best_samples_per_s is not None)
         assert got == pytest.approx(ref, rel=1e-9)
         # the surrogate time is the real model's at overlap slowdown 2
-        t_add, m_add = res.surrogate
+        t_add, m_add = res.surrogate_time_s, res.surrogate_memory_q
         e2 = estimate(spec, replace(hw, overlap_slowdown=2.0), res.plan)
         assert e2.iteration_time_s == pytest.approx(t_add, rel=1e-9)
         assert total_peak_bytes(m_add / MEM_Q, hw) <= estimate(spec, hw, res.plan).peak_memory_bytes * (1 + 1e-9)

@@ -88,17 +88,17 @@ def test_json_object(found):
     limit, res, base = found
     d = json.loads(json.dumps(result_to_json(SPEC, HW, limit, res, base, explanation="because")))
     assert plan_from_dict(d["plan"]) == res.plan
-    assert d["predicted"]["samples_per_s"] == res.estimate.samples_per_s
-    assert d["predicted"]["peak_memory_bytes"] == res.estimate.peak_memory_bytes <= limit
+    assert d["predicted"]["samples_per_s"] == res.prediction.samples_per_s
+    assert d["predicted"]["peak_memory_bytes"] == res.prediction.peak_memory_bytes <= limit
     assert set(d["baselines"]) == {"ddp", "zero2", "zero3", "osdp_knapsack"}
     for name, b in d["baselines"].items():
         assert b["feasible"] == base[name].feasible
         if b["feasible"]:
-            assert b["speedup"] == pytest.approx(res.estimate.samples_per_s / b["samples_per_s"])
+            assert b["speedup"] == pytest.approx(res.prediction.samples_per_s / b["samples_per_s"])
             assert b["speedup"] >= 1 - 1e-12          # the exact search never loses to a baseline
     assert d["search"]["optimal"] == (res.status == "optimal")
     assert d["search"]["nodes"] == res.nodes and d["why"] == "because"
-    assert len(d["top"]) == len(res.top) and d["top"][0]["samples_per_s"] == res.estimate.samples_per_s
+    assert len(d["top"]) == len(res.top) and d["top"][0]["samples_per_s"] == res.prediction.samples_per_s
 
 
 def test_text_report(found):
@@ -109,7 +109,7 @@ def test_text_report(found):
                    "OSDP knapsack DP", f"status {res.status}", "why\n  because"):
         assert needle in text
     zero3 = base["zero3"]
-    assert f"{res.estimate.samples_per_s / zero3.samples_per_s:.2f}x" in text
+    assert f"{res.prediction.samples_per_s / zero3.samples_per_s:.2f}x" in text
 
 
 def test_gain_over_the_strongest_baseline_is_called_small_below_five_percent():
@@ -125,9 +125,9 @@ def test_gain_over_the_strongest_baseline_is_called_small_below_five_percent():
     base.update(per_block_baselines(spec, hw, limit, space))
     z3, pb = base["zero3"], base["zero3_per_block"]
     assert pb.samples_per_s > z3.samples_per_s and 0 < sum(pb.plan.checkpoint) < 8
-    gain = res.estimate.samples_per_s / pb.samples_per_s - 1
+    gain = res.prediction.samples_per_s / pb.samples_per_s - 1
     assert 0 <= gain < 0.05
-    why = explain(spec, hw, res.plan, res.estimate, base)
+    why = explain(spec, hw, res.plan, res.prediction, base)
     assert f"the gain is small, {gain:.1%}" in why and "ZeRO-3, per-block ckpt" in why
     text = format_report(spec, hw, limit, res, base)
     row = next(line for line in text.splitlines() if "ZeRO-3, per-block ckpt" in line)
@@ -138,7 +138,7 @@ def test_a_large_gain_is_stated_plainly(found):
     limit, res, base = found
     from osdp_sim.planner.report import SMALL_GAIN, strongest_baseline
     b = strongest_baseline(base)
-    why = explain(SPEC, HW, res.plan, res.estimate, base)
-    gain = res.estimate.samples_per_s / b.samples_per_s - 1
+    why = explain(SPEC, HW, res.plan, res.prediction, base)
+    gain = res.prediction.samples_per_s / b.samples_per_s - 1
     assert ("gain is small" in why) == (gain < SMALL_GAIN)
     assert f"{gain:.1%}" in why

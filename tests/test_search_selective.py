@@ -33,9 +33,9 @@ def test_selective_wins_under_a_limit_where_full_costs_recompute():
     both = search(spec, hw, limit, _space((False, True, "selective")), cache={})
     assert full.status == both.status == "optimal"
     assert any(both.plan.selective) and not any(full.plan.selective)
-    assert both.estimate.samples_per_s > full.estimate.samples_per_s * 1.02
+    assert both.prediction.samples_per_s > full.prediction.samples_per_s * 1.02
     e = estimate(spec, hw, both.plan)                  # the reported numbers are estimate()'s
-    assert e.samples_per_s == pytest.approx(both.estimate.samples_per_s, rel=1e-9)
+    assert e.samples_per_s == pytest.approx(both.prediction.samples_per_s, rel=1e-9)
     assert e.peak_memory_bytes <= limit
     assert "(selective)" in plan_oneline(both.plan)
     # without any limit to speak of, nothing is checkpointed either way

@@ -5,6 +5,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 
 from osdp_sim.cli.common import (add_hw_args, add_model_args, load_hw, load_spec, percent, positive_int,
                               warn_if_documented)
@@ -176,7 +177,7 @@ def cap_to_device(limit_bytes: float, hw, flag: str = "--mem-limit") -> float:
 def run(args) -> int:
     from osdp_sim.planner.baselines import all_baselines
     from osdp_sim.planner.bnb import search
-    from osdp_sim.planner.report import explain, format_report, no_plan_to_json, result_to_json
+    from osdp_sim.planner.report import explain, format_report, no_plan_to_json
 
     if args.output:
         check_writable(args.output, "-o")        # before the search, not after it
@@ -196,7 +197,7 @@ def run(args) -> int:
     if result.plan is None:
         if result.status == "time_limit":
             msg = (f"time limit reached before any plan was found (no plan can exceed "
-                   f"{result.best_bound:.4g} samples/s); a longer --time-limit searches further")
+                   f"{result.best_bound_samples_per_s:.4g} samples/s); a longer --time-limit searches further")
             least = None
         else:
             msg = infeasible_message(spec, hw, limit, space, result, args, budget.deadline)
@@ -214,7 +215,7 @@ def run(args) -> int:
     for b in baselines.values():
         if b.note:
             progress(f"baseline {b.name}: {b.note}")
-    why = explain(spec, hw, result.plan, result.estimate, baselines)
+    why = explain(spec, hw, result.plan, result.prediction, baselines)
 
     if args.output:
         from osdp_sim.plan import save_plan
@@ -222,8 +223,8 @@ def run(args) -> int:
         progress(f"plan written to {args.output}")
     warn_if_documented(hw)              # with the answer, after every input was checked
     if args.json:
-        print(json.dumps(result_to_json(spec, hw, limit, result, baselines, explanation=why,
-                                        headroom_bytes=headroom), indent=1))
+        full = replace(result, baselines=baselines, headroom_bytes=headroom)     # what osdp_sim.search returns
+        print(json.dumps(full.to_json(explanation=why), indent=1))
     else:
         print(format_report(spec, hw, limit, result, baselines, explanation=why, top_k=args.top_k,
                             headroom_bytes=headroom))
@@ -231,8 +232,7 @@ def run(args) -> int:
 
 
 def _with_notes(result, spec, hw, limit, headroom_bytes: float = 0.0):
-    from dataclasses import replace
-    e = result.estimate
+    e = result.prediction
     notes = {"made_by": "osdp-sim search", "hardware": hw.name, "mem_limit_bytes": limit,
              "headroom_bytes": headroom_bytes,
              "status": result.status, "predicted": {"peak_memory_bytes": e.peak_memory_bytes,
@@ -300,7 +300,6 @@ MAX_HINT_DEVICES = 65536                  # beyond: the count is said, no plan o
 def _leanest_on(spec, hw, space, devices: int, deadline: float | None):
     """(devices, peak, proven) of the leanest plan on `devices` rounded up to whole nodes (and, if
     that does not fit, on twice as many), within the deadline; None when no time is left."""
-    from dataclasses import replace
 
     from osdp_sim.costmodel import estimate
     from osdp_sim.planner.bnb import min_peak
@@ -335,7 +334,6 @@ def _relaxations(spec, hw, space, profile, deadline: float | None = None):
     each with its own shard groups), sharding over all devices. The peak is min_peak() of that
     space (proven), or, when the deadline stops it, the leanest plan it found."""
     from osdp_sim.costmodel import estimate
-    from dataclasses import replace
 
     from osdp_sim.planner.bnb import min_peak
     from osdp_sim.planner.space import devices_of, shard_groups_of

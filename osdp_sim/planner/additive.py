@@ -1,5 +1,5 @@
-"""The additive surrogate objective (search(..., objective="additive")), for cross-checks with an
-independent integer program (tests/test_search_milp.py).
+"""The additive surrogate objective (search_additive), for cross-checks with an independent
+integer program (tests/test_search_milp.py); not part of the public search().
 
   time   T_add = grad_accum * (all compute work + all communication work) + optimizer time.
          This is exactly estimate()'s iteration time when the overlap slowdown is 2: both streams
@@ -16,14 +16,17 @@ bound on the undecided blocks).
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
-from osdp_sim.costmodel import estimate
+from osdp_sim.costmodel import Estimate, estimate
 from osdp_sim.costmodel.fast import MEM_Q, total_peak_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec
+from osdp_sim.plan.plan import Plan
 from osdp_sim.planner.problem import Option, Problem
+from osdp_sim.planner.result import MicroBatchOutcome
 from osdp_sim.planner.space import SearchSpace
 
 
@@ -83,9 +86,31 @@ def solve_config(pb: Problem, budget_bytes: float):
     return min(labels, key=lambda l: (l[0], l[1]))
 
 
-def search_additive(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: SearchSpace,
-                    *, top_k: int = 1):
-    from osdp_sim.planner.bnb import SearchResult, _configs, _limit_q
+@dataclass(frozen=True)
+class AdditiveResult:
+    """The additive surrogate's optimum over a space."""
+
+    status: str
+    """"optimal" or "infeasible" (nothing fits under the additive memory model)."""
+    plan: Plan | None
+    """The surrogate's optimum; None when infeasible."""
+    prediction: Estimate | None
+    """estimate() of the plan (the real cost model, not the surrogate)."""
+    per_micro_batch: tuple[MicroBatchOutcome, ...]
+    """The surrogate's best samples/s at each micro-batch (pruned is always False)."""
+    surrogate_time_s: float | None
+    """T_add of the plan (iteration seconds)."""
+    surrogate_memory_q: float | None
+    """M_add of the plan, in fast.MEM_Q units."""
+    seconds: float
+    """Wall time."""
+    message: str
+    """One line on the outcome."""
+
+
+def search_additive(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: SearchSpace) -> AdditiveResult:
+    """The plan of highest samples/s under the additive surrogate whose M_add fits the limit."""
+    from osdp_sim.planner.bnb import _configs, _limit_q
     start = time.perf_counter()
     pq = _limit_q(mem_limit_bytes, hw)
     total_budget = pq * MEM_Q
@@ -101,17 +126,13 @@ def search_additive(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float
         if r is not None and (best is None or sps > best[0]):
             best = (sps, c, r)
     seconds = time.perf_counter() - start
-    pmb = [(mb, v, False) for mb, v in sorted(per_mb.items())]
+    pmb = tuple(MicroBatchOutcome(mb, v, False) for mb, v in sorted(per_mb.items()))
     if best is None:
-        return SearchResult("infeasible", None, None, [], 0, 0, 0.0, math.inf, seconds,
-                            "no plan fits under the additive memory model", math.nan, pmb, [],
-                            objective="additive")
+        return AdditiveResult("infeasible", None, None, pmb, None, None, seconds,
+                              "no plan fits under the additive memory model")
     sps, c, (t, mem, hist) = best
     plan = c.problem.plan([h[0] for h in hist], [h[1] for h in hist], [h[2] for h in hist])
     e = estimate(spec, hw, plan)
-    res = SearchResult("optimal", plan, e, [(plan, e)], 0, 0, sps, 0.0, seconds,
-                       f"additive surrogate optimum: {sps:.4g} samples/s (T_add {t:.6g} s, M_add "
-                       f"{total_peak_bytes(mem / MEM_Q, hw) / 2**30:.3f} GiB)", math.nan, pmb, [],
-                       objective="additive")
-    res.surrogate = (t, mem)
-    return res
+    return AdditiveResult("optimal", plan, e, pmb, t, mem, seconds,
+                          f"additive surrogate optimum: {sps:.4g} samples/s (T_add {t:.6g} s, M_add "
+                          f"{total_peak_bytes(mem / MEM_Q, hw) / 2**30:.3f} GiB)")

@@ -177,7 +177,7 @@ def per_block_baselines(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: f
             out[name] = Baseline(name, False, None, res.min_peak_memory_bytes, None, None, None, None,
                                  None, note=note if res.status == "time_limit" else None)
             continue
-        p, e = res.plan, res.estimate
+        p, e = res.plan, res.prediction
         out[name] = Baseline(name, True, e.samples_per_s, e.peak_memory_bytes, e.iteration_time_s,
                              p.micro_batch, p.grad_accum, all(p.checkpoint), p, e, note=note)
     return out

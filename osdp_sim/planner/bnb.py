@@ -11,7 +11,7 @@ promising configurations supplies that incumbent first. docs/search.md has the a
 import math
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -26,6 +26,8 @@ from osdp_sim.planner.keygraph import GraphCaps
 from osdp_sim.planner.keystore import KeyStore
 from osdp_sim.planner.mbbound import MicroBatchBounds, floors, least_resident_bytes, micro_batch_bounds
 from osdp_sim.planner.problem import Problem, build_problem
+from osdp_sim.planner.result import (STATUSES, EvaluatedPlan, MicroBatchOutcome, OpenConfig, SearchResult,
+                                    TopPlan)
 from osdp_sim.planner.space import (SearchSpace, checkpoint_variants, devices_of, grad_accum_of,
                                    shard_groups_of)
 
@@ -48,29 +50,6 @@ def beam_width(c: "_Cfg") -> int:
     """The beam for this configuration's problem: BEAM wide on models up to about 100 decisions,
     narrower beyond (a 64-wide beam over a 1000-block model did not finish in 120 s), never below 4."""
     return max(4, min(BEAM, BEAM_LABELS // max(1, len(c.engine.positions))))
-
-
-@dataclass
-class SearchResult:
-    status: str                          # optimal | within_gap (rel_gap) | time_limit | infeasible
-    plan: Plan | None
-    estimate: Estimate | None
-    top: list                            # [(Plan, Estimate)], best first
-    nodes: int                           # partial plans created
-    leaves: int                          # complete plans evaluated exactly
-    best_bound: float                    # upper bound on samples/s of any plan not ruled out
-    gap: float                           # (best_bound - best) / best; 0 when optimal
-    seconds: float
-    message: str
-    min_peak_memory_bytes: float         # least peak over the space (exact; with the plan below)
-    per_micro_batch: list                # [(micro_batch, best samples/s or None, pruned by bound, or by the gap tolerance)]
-    evaluated: list                      # [(peak_memory_bytes, samples_per_s)] of complete plans
-    min_peak_plan: Plan | None = None
-    objective: str = "time"
-    configs: int = 0                     # configurations considered
-    configs_searched: int = 0            # searched exactly (the rest were ruled out by bounds)
-    open_configs: list = field(default_factory=list)  # when stopped: [{micro_batch, shard_group, root, bound_samples_per_s, reason}]
-    min_peak_proven: bool = True         # False: min_peak_memory_bytes is a lower bound (the time ran out)
 
 
 @dataclass
@@ -169,7 +148,7 @@ def _finished_value(pb: Problem, f: Finished, hw: HardwareProfile) -> tuple[floa
 
 
 def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: SearchSpace = SearchSpace(),
-           *, time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, top_k: int = 1, objective: str = "time",
+           *, time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, top_k: int = 1,
            progress: bool = False, cache: dict | None = None, graph_caps: GraphCaps = GraphCaps(),
            rel_gap: float = 0.0) -> SearchResult:
     """The plan with the highest samples/s whose estimate() peak memory is <= mem_limit_bytes.
@@ -181,14 +160,8 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     rel_gap: stop proving once no plan can beat the best found by more than this fraction (a
     branch-and-bound's relative gap tolerance, as scipy.optimize.milp's mip_rel_gap): whatever
     could only beat it by less is pruned; the result is "within_gap" with that gap certified.
-    objective="additive": the additive surrogate (planner/additive.py), for cross-checks.
     cache: a dict shared by calls with the same spec, hw and space (a sweep over limits): the
     cost tables and the engines' stage tables are kept in it, so later calls reuse them."""
-    if objective == "additive":
-        from osdp_sim.planner.additive import search_additive
-        return search_additive(spec, hw, mem_limit_bytes, space, top_k=top_k)
-    if objective != "time":
-        raise UserError(f"objective must be 'time' or 'additive'; got {objective!r}", field="objective")
     if top_k < 1:
         raise UserError("top_k must be at least 1", field="top_k")
     if not 0.0 <= rel_gap < 1.0:
@@ -382,7 +355,7 @@ class _Search:
         self.hw, self.pq_max, self.top_k, self.rel_gap = hw, pq_max, top_k, rel_gap
         self.t0, self.deadline, self.progress, self.graph_caps = t0, deadline, progress, graph_caps
         self.found: list = []                # (sps, peak, order, cfg, Finished, key), best first
-        self.evaluated: list = []
+        self.evaluated: list[EvaluatedPlan] = []
         self.per_mb: dict = {}               # micro-batch -> [best samples/s, ruled out by bound]
         self.open_bounds: list[float] = []   # bounds of what a deadline left unsearched
         self.over_caps: set = set()          # configurations whose key graph passed the caps
@@ -405,7 +378,7 @@ class _Search:
             peak, sps = _finished_value(c.problem, f, self.hw)
             self.leaves += 1
             if len(self.evaluated) < EVALUATED_CAP:
-                self.evaluated.append((peak, sps))
+                self.evaluated.append(EvaluatedPlan(peak, sps))
             if f.peak_q <= self.pq_max:
                 key = (c.config, tuple(f.attn), tuple(f.mlp), tuple(f.ckpt))
                 if all(k[5] != key for k in self.found):
@@ -435,7 +408,8 @@ class _Search:
         Returns the configurations listed for them (their micro-batch was not listed yet)."""
         self.nodes += sub.nodes
         added = []
-        for plan, _e in sub.top:
+        for ranked in sub.top:
+            plan = ranked.plan
             cfg = Config(plan.devices, plan.micro_batch, plan.grad_accum, plan.shard_size,
                          plan.precision, plan.optimizer, plan.choices["root"].strategy,
                          any(plan.selective))
@@ -602,27 +576,29 @@ class _Search:
         top = []
         for _sps, _peak, _o, c, f, _k in self.found[:self.top_k]:
             plan = c.problem.plan(f.attn, f.mlp, f.ckpt)
-            top.append((plan, estimate(spec, hw, plan)))
-        best = top[0][1].samples_per_s if top else 0.0
+            top.append(TopPlan(plan, estimate(spec, hw, plan)))
+        best = top[0].prediction.samples_per_s if top else 0.0
         open_bounds = self.open_bounds
         timed_out = bool(open_bounds)
         # what was pruned for the tolerance could beat the k-th best by up to rel_gap (never more
         # than the bound of the whole space)
         tolerated = [min(self.kth_best() * (1.0 + self.rel_gap), self.global_ub)] if self.rel_gap and top else []
         bound = max([best] + open_bounds + tolerated) if top else (max(open_bounds) if open_bounds else 0.0)
-        seconds = time.perf_counter() - self.t0
-        per_micro_batch = [(mb, v[0], v[1] and v[0] is None) for mb, v in sorted(per_mb.items())]
-        open_cfgs = [{"micro_batch": c.config.micro_batch, "shard_group": c.config.shard_group, "root": c.config.root,
-                      "bound_samples_per_s": c.ub_sps,
-                      "reason": "key graph over the caps" if c.config in self.over_caps
-                      else "not finished within the time limit"}
-                     for c in order if timed_out and c.ub_sps > self.goal()]      # (below: within rel_gap)
-        counts = (self.nodes, self.leaves)
-        tail = (per_micro_batch, self.evaluated, None, "time", len(cfgs), self.searched)
+        open_cfgs = tuple(OpenConfig(c.config.micro_batch, c.config.shard_group, c.config.root, float(c.ub_sps),
+                                     "key graph over the caps" if c.config in self.over_caps
+                                     else "not finished within the time limit")
+                          for c in order if timed_out and c.ub_sps > self.goal())   # (below: within rel_gap)
+        common = dict(
+            top=tuple(top), nodes=self.nodes, leaves=self.leaves,
+            per_micro_batch=tuple(MicroBatchOutcome(mb, best_sps, bound_only and best_sps is None)
+                                  for mb, (best_sps, bound_only) in sorted(per_mb.items())),
+            evaluated=tuple(self.evaluated),
+            configs=len(cfgs), configs_searched=self.searched, open_configs=open_cfgs,
+            model=spec, hardware=hw, mem_limit_bytes=mem_limit_bytes)
         if top:
             status = "time_limit" if timed_out else ("optimal" if bound <= best else "within_gap")
             gap = (bound - best) / best
-            e = top[0][1]
+            e = top[0].prediction
             head = {"optimal": "optimal", "within_gap": f"within the {self.rel_gap:.2%} gap tolerance",
                     "time_limit": "best found"}[status]
             msg = (f"{head}: {best:.4g} samples/s at {e.peak_memory_bytes / 2**30:.2f} GiB peak"
@@ -631,14 +607,12 @@ class _Search:
                 msg += "; open: " + _describe_open(open_cfgs)
             if timed_out and lister.unlisted_open:
                 msg += "; " + _describe_unlisted(lister.unlisted_open)
-            return SearchResult(status, top[0][0], e, top, *counts, bound, gap, seconds, msg, math.nan, *tail,
-                                open_cfgs)
+            return _result(status, top[0].plan, e, bound, gap, time.perf_counter() - self.t0, msg, **common)
         if timed_out:
             msg = "time limit reached before any plan that fits was found"
             if lister.unlisted_open:
                 msg += "; " + _describe_unlisted(lister.unlisted_open)
-            return SearchResult("time_limit", None, None, [], *counts, bound, math.inf, seconds, msg, math.nan,
-                                *tail, open_cfgs)
+            return _result("time_limit", None, None, bound, math.inf, time.perf_counter() - self.t0, msg, **common)
         # half of what is left: a caller may want to diagnose relaxed spaces within the same limit
         now = time.perf_counter()
         mp = min_peak(spec, hw, space, cache=problems,
@@ -646,9 +620,19 @@ class _Search:
                       time_limit_s=None)
         msg = (f"no plan fits {mem_limit_bytes / 2**30:.2f} GiB: the least peak memory in this space is "
                f"{'at least ' if not mp.proven else ''}{mp.peak_bytes / 2**30:.2f} GiB")
-        return SearchResult("infeasible", None, None, [], *counts, 0.0, math.inf, time.perf_counter() - self.t0,
-                            msg, mp.peak_bytes, per_micro_batch, self.evaluated, mp.plan, "time", len(cfgs),
-                            self.searched, min_peak_proven=mp.proven)
+        return _result("infeasible", None, None, 0.0, math.inf, time.perf_counter() - self.t0, msg,
+                       min_peak_memory_bytes=mp.peak_bytes, min_peak_plan=mp.plan, min_peak_proven=mp.proven,
+                       **common)
+
+
+def _result(status: str, plan: Plan | None, prediction: Estimate | None, bound: float, gap: float, seconds: float,
+            message: str, *, min_peak_memory_bytes: float = math.nan, min_peak_plan: Plan | None = None,
+            min_peak_proven: bool = True, **fields) -> SearchResult:
+    assert status in STATUSES, status
+    return SearchResult(status=status, plan=plan, prediction=prediction, best_bound_samples_per_s=float(bound),
+                        gap=float(gap),
+                        seconds=seconds, message=message, min_peak_memory_bytes=float(min_peak_memory_bytes),
+                        min_peak_plan=min_peak_plan, min_peak_proven=min_peak_proven, **fields)
 
 
 def _uniform_finished(pb: Problem, eng: Engine) -> list:
@@ -675,15 +659,15 @@ def _describe_unlisted(unlisted: list) -> str:
     return f"{where} not listed within the time limit may reach {top:.4g} samples/s"
 
 
-def _describe_open(open_cfgs: list) -> str:
+def _describe_open(open_cfgs: tuple[OpenConfig, ...]) -> str:
     """One phrase per (micro-batch, shard group, bound, reason), the root strategies together."""
     groups: dict = {}
     for o in open_cfgs:
-        k = (o["micro_batch"], o["shard_group"], f"{o['bound_samples_per_s']:.4g}", o["reason"])
-        groups.setdefault(k, []).append(o["root"])
+        k = (o.micro_batch, o.shard_group, f"{o.bound_samples_per_s:.4g}", o.reason)
+        groups.setdefault(k, []).append(o.root)
     parts = [f"micro-batch {mb} (shard group {sg}, root {'/'.join(roots)}) may reach {b} samples/s, {reason}"
              for (mb, sg, b, reason), roots in groups.items()]
-    if any(o["reason"] == "key graph over the caps" for o in open_cfgs):
+    if any(o.reason == "key graph over the caps" for o in open_cfgs):
         hint = "larger --graph-max-keys/--graph-max-sims with --time-limit 0 can prove or rule them out"
     else:
         hint = ("a longer --time-limit searches them further; with 0, to the proof, which may need larger "

@@ -194,15 +194,15 @@ def _est_dict(est: Estimate) -> dict:
 
 def _certificate(result) -> dict:
     return {"status": result.status, "optimal": result.status == "optimal", "seconds": result.seconds,
-            "nodes": result.nodes, "leaves": result.leaves, "best_bound": result.best_bound,
-            "gap": result.gap, "message": result.message, "open_configs": list(result.open_configs)}
+            "nodes": result.nodes, "leaves": result.leaves, "best_bound": result.best_bound_samples_per_s,
+            "gap": result.gap, "message": result.message, "open_configs": [o.to_dict() for o in result.open_configs]}
 
 
 def result_to_json(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, result,
                    baselines: dict, *, explanation: str | None = None, headroom_bytes: float = 0.0) -> dict:
     """One JSON-ready object (format osdp-sim/search, docs/json.md): plan, predicted, baselines,
     search certificate, top plans, why. mem_limit_bytes is the limit searched (headroom taken off)."""
-    plan, est = result.plan, result.estimate
+    plan, est = result.plan, result.prediction
     usable = hw.device.usable_memory_bytes
     out = {"model": spec.name, "params": spec.param_count, "hardware": hw.name,
            "devices": plan.devices if plan else hw.device.count, "mem_limit_bytes": mem_limit_bytes,
@@ -223,9 +223,9 @@ def result_to_json(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float,
             d["speedup"] = est.samples_per_s / b.samples_per_s
         out["baselines"][name] = d
     out["search"] = _certificate(result)
-    out["top"] = [{"peak_memory_bytes": e.peak_memory_bytes, "samples_per_s": e.samples_per_s,
-                   "micro_batch": p.micro_batch, "grad_accum": p.grad_accum, "summary": summarize_plan(p)}
-                  for p, e in (result.top or [])]
+    out["top"] = [{"peak_memory_bytes": t.prediction.peak_memory_bytes, "samples_per_s": t.prediction.samples_per_s,
+                   "micro_batch": t.plan.micro_batch, "grad_accum": t.plan.grad_accum,
+                   "summary": summarize_plan(t.plan)} for t in result.top]
     if explanation is not None:
         out["why"] = explanation
     return stamped("search", out)
@@ -248,7 +248,7 @@ def no_plan_to_json(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float
 def format_report(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, result,
                   baselines: dict, *, explanation: str | None = None, top_k: int = 1,
                   headroom_bytes: float = 0.0) -> str:
-    plan, est = result.plan, result.estimate
+    plan, est = result.plan, result.prediction
     lines = [f"model      {spec.name} ({spec.param_count / 1e9:.3f} B params, seq {spec.seq_len})",
              f"hardware   {hw.name}: {plan.devices} x {hw.device.name}; limit {format_bytes(mem_limit_bytes)} "
              f"per device" + (f" ({format_bytes(headroom_bytes)} of headroom kept free below "
@@ -299,15 +299,15 @@ def format_report(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, 
 
     lines += ["", "certificate"]
     lines.append(f"  status {result.status}; {result.nodes:,} nodes, {result.leaves:,} leaves evaluated; "
-                 f"best bound {result.best_bound:.2f} samples/s; gap {result.gap:.2%}; "
+                 f"best bound {result.best_bound_samples_per_s:.2f} samples/s; gap {result.gap:.2%}; "
                  f"{format_seconds(result.seconds)}")
     if result.message:
         lines.append(f"  {result.message}")
     if top_k > 1 and result.top:
         lines += ["", f"top {min(top_k, len(result.top))} plans"]
-        for i, (p, e) in enumerate(result.top[:top_k], 1):
-            lines.append(f"  {i}. {e.samples_per_s:.2f} samples/s, {format_bytes(e.peak_memory_bytes)}: "
-                         f"{plan_oneline(p)}")
+        for i, t in enumerate(result.top[:top_k], 1):
+            lines.append(f"  {i}. {t.prediction.samples_per_s:.2f} samples/s, "
+                         f"{format_bytes(t.prediction.peak_memory_bytes)}: {plan_oneline(t.plan)}")
     if explanation:
         lines += ["", "why", "  " + explanation]
     return "\n".join(lines)

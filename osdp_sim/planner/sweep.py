@@ -50,7 +50,7 @@ def sweep_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, hi_byt
             left = max(0.0, deadline - time.perf_counter())
             t = left if t is None else min(t, left)
         r = search(spec, hw, limit, space, time_limit_s=t, cache=cache)
-        evaluated.extend(r.evaluated)
+        evaluated.extend((e.peak_memory_bytes, e.samples_per_s) for e in r.evaluated)
         nodes += r.nodes
         if r.plan is None:
             proven &= r.status == "infeasible"
@@ -58,8 +58,8 @@ def sweep_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, hi_byt
                 least = r.min_peak_memory_bytes
             return None
         proven &= r.status == "optimal"
-        pts.append((r.estimate.peak_memory_bytes, r.estimate.samples_per_s, r.plan))
-        return r.estimate.peak_memory_bytes
+        pts.append((r.prediction.peak_memory_bytes, r.prediction.samples_per_s, r.plan))
+        return r.prediction.peak_memory_bytes
 
     for lim in limits:
         one(lim)

@@ -292,22 +292,22 @@ def run_point(spec: ModelSpec, hw: HardwareProfile, limit_bytes: float, space: S
     fields = dict(coords, model=spec.name, seq_len=spec.config.seq_len, mem_limit_bytes=limit_bytes,
                   baselines=base, headroom_bytes=room, usable_memory_bytes=usable)
     if res.plan is not None:
-        e = res.estimate
+        e = res.prediction
         return SweepPoint(**fields, status=res.status, samples_per_s=e.samples_per_s,
                           tokens_per_s=e.samples_per_s * spec.config.seq_len, peak_memory_bytes=e.peak_memory_bytes,
-                          iteration_time_s=e.iteration_time_s, gap=res.gap, best_bound_samples_per_s=res.best_bound,
+                          iteration_time_s=e.iteration_time_s, gap=res.gap, best_bound_samples_per_s=res.best_bound_samples_per_s,
                           plan=res.plan, plan_summary=plan_oneline(res.plan),
                           seconds=time.perf_counter() - t0, message="; ".join(notes))
     least, proven = None, None
     if res.status == "time_limit":
-        notes.append(f"time limit before any plan was found (no plan exceeds {res.best_bound:.4g} samples/s)")
+        notes.append(f"time limit before any plan was found (no plan exceeds {res.best_bound_samples_per_s:.4g} samples/s)")
     else:
         least, proven = res.min_peak_memory_bytes, res.min_peak_proven
         if not proven:
             least = max(least, states_floor_bytes(spec, hw, space.optimizer, hw.device.count))
         notes.append(f"no plan fits {format_bytes(searched)}: the least peak is "
                      + (format_bytes(least) if proven else f"at least {format_bytes(least)} (a proven bound)"))
-    return SweepPoint(**fields, status=res.status, best_bound_samples_per_s=res.best_bound,
+    return SweepPoint(**fields, status=res.status, best_bound_samples_per_s=res.best_bound_samples_per_s,
                       min_peak_memory_bytes=least, min_peak_proven=proven,
                       seconds=time.perf_counter() - t0, message="; ".join(notes))
 
