@@ -87,7 +87,8 @@ def top_distinct(spec, hw, limit_bytes: float, space, n: int, *, time_limit_s: f
         left = None if time_limit_s is None else max(1.0, time_limit_s - (time.monotonic() - t0))
         res = search(spec, hw, limit_bytes, space, top_k=k, time_limit_s=left)
         seen, out = set(), []
-        for plan, est in res.top:
+        for t in res.top:
+            plan, est = t.plan, t.prediction
             sig = plan_signature(plan)
             if sig not in seen:
                 seen.add(sig)
@@ -202,7 +203,7 @@ def add_profile(cfg: DecisionsConfig, case: DecisionCase, ref: CaseReference, na
     if res.plan is None:
         raise UserError(f"no plan fits under profile {name} ({res.status})", source=cfg.source,
                         field=f"cases[{cfg.cases.index(case)}].mem_limit")
-    pick = add(res.plan, f"{name}: search pick", res.estimate.samples_per_s)
+    pick = add(res.plan, f"{name}: search pick", res.prediction.samples_per_s)
     top_keys = [pick] + [add(p, f"{name}: top {i + 1}", e.samples_per_s) for i, (p, e) in enumerate(top) if i > 0]
     uni = [s for s in cfg.baselines if s in UNIFORM]
     per = [s for s in UNIFORM if PER_BLOCK[s] in cfg.baselines]

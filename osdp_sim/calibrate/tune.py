@@ -117,14 +117,14 @@ def choose_candidates(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: flo
         from osdp_sim.units import format_bytes
         raise UserError(f"no plan fits {format_bytes(mem_limit_bytes)} per device ({res.status}); "
                         "run osdp-sim search for the least memory a plan needs", field="--mem-limit")
-    out = [Candidate("search pick", res.plan, res.estimate.samples_per_s, res.estimate.peak_memory_bytes)]
+    out = [Candidate("search pick", res.plan, res.prediction.samples_per_s, res.prediction.peak_memory_bytes)]
     if k > 1:
         others = []
         for mb in _other_micro_batches(space, res.plan.micro_batch):
             r = search(spec, hw, mem_limit_bytes, replace(space, micro_batches=(mb,)), time_limit_s=left(0.1))
             if r.plan is not None:
-                others.append(Candidate(f"best at micro-batch {mb}", r.plan, r.estimate.samples_per_s,
-                                        r.estimate.peak_memory_bytes))
+                others.append(Candidate(f"best at micro-batch {mb}", r.plan, r.prediction.samples_per_s,
+                                        r.prediction.peak_memory_bytes))
         out += sorted(others, key=lambda c: -c.predicted_samples_per_s)[:k - 1]
     if baselines > 0:
         found = uniform_baselines(spec, hw, mem_limit_bytes, space)

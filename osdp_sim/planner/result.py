@@ -30,10 +30,6 @@ class TopPlan:
     prediction: Estimate
     """estimate() of the plan."""
 
-    def __iter__(self):
-        # `for plan, prediction in result.top` keeps reading as it did when top held pairs
-        return iter((self.plan, self.prediction))
-
 
 @dataclass(frozen=True, slots=True)
 class MicroBatchOutcome:
@@ -133,11 +129,6 @@ class SearchResult:
     def success(self) -> bool:
         """A plan was found (status optimal or within_gap, or time_limit with a plan)."""
         return self.plan is not None
-
-    @property
-    def estimate(self) -> Estimate | None:
-        """The former name of `prediction`."""
-        return self.prediction
 
     @property
     def proven(self) -> bool:
