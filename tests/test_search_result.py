@@ -68,8 +68,6 @@ def test_an_optimal_result_has_every_field(optimal):
     assert len(r.top) == 2 and all(isinstance(t, TopPlan) for t in r.top)
     assert r.top[0].plan == r.plan and r.top[0].prediction.samples_per_s == r.prediction.samples_per_s
     assert r.top[1].prediction.samples_per_s <= r.prediction.samples_per_s
-    plan, prediction = r.top[0]                  # the records unpack as the pairs did
-    assert plan == r.plan and prediction == r.top[0].prediction
     assert r.gap == 0.0 and r.best_bound_samples_per_s == pytest.approx(r.prediction.samples_per_s, rel=1e-9)
     assert r.nodes > 0 and r.leaves > 0 and r.evaluated and r.configs_searched > 0
     assert r.open_configs == () and r.message.startswith("optimal")
