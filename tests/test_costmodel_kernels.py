@@ -44,6 +44,9 @@ def test_attention_kernel_uses_its_own_efficiency_and_backward_ratio():
         hw.compute, attention_efficiency={"bf16": ((512, 0.1), (8192, 0.3))}))
     # halfway in log(keys) between 512 and 8192 (2048): efficiency 0.2
     assert attention_time_s(hw, 1e12, 2048, 0.0, "bf16") == pytest.approx(1e12 / (100e12 * 0.2))
+    # the profile's efficiency_scale (achieved fraction in training) scales it like the GEMM curve
+    scaled = dataclasses.replace(hw, compute=dataclasses.replace(hw.compute, efficiency_scale=0.7))
+    assert attention_time_s(scaled, 1e12, 2048, 0.0, "bf16") == pytest.approx(1e12 / (100e12 * 0.2 * 0.7))
 
 
 def test_gpt2_mlp_group_hand_computed():

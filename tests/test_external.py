@@ -146,6 +146,7 @@ def test_the_document_has_one_row_per_counted_run(tmp_path, runs):
 def test_check_exits_1_on_a_miss_and_bad_input_is_one_line(tmp_path):
     data = yaml.safe_load(RUNS.read_text())
     data["runs"] = [r for r in data["runs"] if r["id"] == "pr165-fsdp2-ac"]
+    data["fits"] = []                                                 # their runs are not in this file
     data["runs"][0]["measured"]["tokens_per_s_per_gpu"] = 1          # certainly a miss
     f = tmp_path / "runs.yaml"
     f.write_text(yaml.safe_dump(data))
@@ -224,3 +225,64 @@ def test_grad_accum_reaches_the_plan_and_bad_values_are_refused(ext, runs):
          "plan": {"strategy": "zero3", "micro_batch": 1, "checkpoint": "none", "grad_accum": 0}}
     with pytest.raises(UserError, match="grad_accum"):
         ext.run_from_dict(d, "f.yaml")
+
+
+def _fit_module():
+    spec = importlib.util.spec_from_file_location("bench_external_fit", ROOT / "bench" / "external_fit.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_external_fit"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_committed_gpu_profiles_carry_what_the_fit_gives(ext, runs):
+    """The fit recomputed from the documented figures gives the value each profile carries, and
+    the held-out error written into its provenance."""
+    from osdp_sim.hardware.load import load_profile
+    fit_mod = _fit_module()
+    fits = ext.load_fits(RUNS, runs)
+    assert {f.name for f in fits} == {"hopper", "ampere"}
+    by_id = {r.id: r for r in runs}
+    for f in fits:
+        value = fit_mod.fit_one(f, by_id)
+        errors = fit_mod.held_out(f, value, runs, fits)
+        assert errors and all(r.startswith("mpt") for r in f.fit_on)     # fitted on MPT, judged on the rest
+        for p in f.profiles:
+            hw = load_profile(str(ROOT / p))
+            assert hw.compute.efficiency_scale == pytest.approx(value, abs=1e-4), p
+            assert hw.provenance["published_fit"]["held_out_mape"] == pytest.approx(sum(errors) / len(errors), abs=1e-4)
+            assert hw.provenance["published_fit"]["runs"] == len(f.fit_on)
+
+
+def test_a_fit_writes_the_value_and_its_provenance_into_the_profile_text(ext, tmp_path):
+    fit_mod = _fit_module()
+    src = (ROOT / "hwprofiles" / "a100x8.yaml").read_text()
+    prof = tmp_path / "p.yaml"
+    prof.write_text(src)
+    fit = ext.Fit("ampere", "compute.efficiency_scale", ("a", "b"), ("p.yaml",))
+    fit_mod.write_value(prof, fit, 0.5, 2, [0.1, 0.2])
+    fit_mod.write_value(prof, fit, 0.6, 2, [0.1, 0.3])            # a second fit replaces, not adds
+    text = prof.read_text()
+    assert text.count("efficiency_scale:") == 1 and text.count("published_fit:") == 1
+    from osdp_sim.hardware.load import load_profile
+    hw = load_profile(str(prof))
+    assert hw.compute.efficiency_scale == 0.6
+    assert hw.provenance["published_fit"]["held_out_mape"] == pytest.approx(0.2)
+    assert hw.provenance["kind"] == "documented"
+    # every other line of the file is kept, comments included
+    kept = [ln for ln in text.splitlines() if "efficiency_scale:" not in ln and "published_fit:" not in ln]
+    assert kept == [ln for ln in src.splitlines() if "efficiency_scale:" not in ln and "published_fit:" not in ln]
+
+
+def test_a_fit_naming_a_run_not_in_the_file_is_one_line(ext, runs, tmp_path):
+    data = yaml.safe_load(RUNS.read_text())
+    data["fits"][0]["fit_on"] = ["no-such-run"]
+    f = tmp_path / "runs.yaml"
+    f.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match="not a counted run"):
+        ext.load_fits(f, ext.load_runs(f))
+    data["fits"][0]["fit_on"] = ["mpt-1b-s2048-h100"]
+    data["fits"][0]["coefficient"] = "overlap_slowdown"
+    f.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match="coefficient"):
+        ext.load_fits(f, ext.load_runs(f))

@@ -23,6 +23,12 @@ def test_the_shipped_profiles_kinds_and_errors():
         assert trust_of(load_profile(name)).kind == "documented"
         assert trust_of(load_profile(name)).warning() is not None
     assert cal.warning() is None
+    # a documented profile whose efficiency_scale was fitted to published runs says so (its file's
+    # provenance.published_fit: 12 runs, 8.8% on the 9 held out)
+    h100 = trust_of(load_profile("h100x8"))
+    assert h100.published_fit["runs"] == 12 and h100.published_fit["held_out_runs"] == 9
+    assert "efficiency_scale fitted to 12 published runs; error 8.8% on 9 published runs" in h100.line()
+    assert trust_of(load_profile("titan8")).published_fit is None
 
 
 def test_a_documented_profile_warns_on_stderr_and_json_stays_parseable(capsys):

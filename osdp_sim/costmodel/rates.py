@@ -116,13 +116,15 @@ def gemm_shape_time_s(hw: HardwareProfile, m: float, n: float, k: float, dtype: 
 
 def attention_time_s(hw: HardwareProfile, flops: float, keys: int, bytes_moved: float, dtype: str) -> float:
     """The fused attention kernel's forward: its executed FLOPs at the profile's attention
-    efficiency for this many attended keys (else the GEMM curve at those FLOPs), or its memory
+    efficiency for this many attended keys x efficiency_scale (else the GEMM curve at those FLOPs), or its memory
     time if larger; plus one launch. Backward = attention_backward_ratio x this."""
     if flops <= 0:
         return 0.0
     c = hw.compute
     curve = c.attention_efficiency.get(dtype)
-    eff = interp_log(curve, keys) if curve else gemm_efficiency(hw, flops, dtype)
+    # efficiency_scale is the tensor cores' achieved fraction of the benchmark kernels in a
+    # training step: it scales the attention kernel's figure as it does the GEMM curve
+    eff = min(1.0, interp_log(curve, keys) * c.efficiency_scale) if curve else gemm_efficiency(hw, flops, dtype)
     compute_s = flops / (c.peak_flops[dtype] * eff)
     memory_s = bytes_moved / (c.memory_bandwidth_bytes_per_s * c.bandwidth_efficiency)
     return max(compute_s, memory_s) + c.kernel_launch_s

@@ -21,6 +21,9 @@ class Trust:
     """Calibrated: the same for peak memory."""
     measured_on: str = ""
     """Measured or calibrated: when profile-hw measured the machine (or the base profile's date)."""
+    published_fit: dict | None = None
+    """Documented: the coefficient fitted to published runs (provenance.published_fit, written by
+    bench/external_fit.py): its runs, held_out_runs and held_out_mape."""
 
     def line(self) -> str:
         """One line for the reports, next to throughput."""
@@ -31,12 +34,25 @@ class Trust:
             return f"profile calibrated on {self.runs} real runs{err}"
         if self.kind == "measured":
             return f"profile measured on the machine ({self.measured_on}), not calibrated against runs"
+        fit = self.published_fit
+        if fit:
+            held = fit.get("held_out_mape")
+            return ("profile documented (datasheet figures and assumptions), its "
+                    f"{str(fit.get('coefficient', '')).split('.')[-1]} fitted to {fit.get('runs')} published runs"
+                    + (f"; error {held:.1%} on {fit.get('held_out_runs')} published runs it was not fitted on"
+                       if isinstance(held, (int, float)) else "")
+                    + " (docs/external-validation.md)")
         return "profile documented (datasheet figures and assumptions, never measured): times are rough"
 
     def warning(self) -> str | None:
         """The stderr warning a documented profile carries (None otherwise)."""
         if self.kind != "documented":
             return None
+        if self.published_fit:
+            return ("the hardware profile is documented, not measured on this machine: its step times "
+                    "match published runs of other machines to about 10-20% (docs/external-validation.md); "
+                    "measure it (osdp-sim profile-hw) and calibrate it (osdp-sim calibrate) before trusting "
+                    "small differences between plans")
         return ("the hardware profile is documented, not measured: its step times can be off by tens of "
                 "percent (docs/external-validation.md); measure it (osdp-sim profile-hw) and calibrate it "
                 "(osdp-sim calibrate) before trusting them")
@@ -60,4 +76,5 @@ def trust_of(hw: HardwareProfile) -> Trust:
                      loo("peak_memory"), str(prov.get("date", "")))
     if prov.get("tool") == "osdp-sim profile-hw":
         return Trust("measured", measured_on=str(prov.get("date", "")))
-    return Trust("documented")
+    fit = prov.get("published_fit")
+    return Trust("documented", published_fit=dict(fit) if isinstance(fit, dict) else None)
