@@ -12,7 +12,8 @@ simulation does not need but a search can use:
   all-gather when it starts, its reduce-scatter when it ends, a checkpointed block's gathers) and
   whether the next compute task waits for a gather are fixed by the plan's neighbouring choices.
   `run_compute` simulates one compute task against that queue with simulate()'s rules and
-  returns its duration, the memory events inside it and the queue left for the next task.
+  returns its duration, the memory events inside it and the queue left for the next task
+  (compiled: costmodel/fold.py runs a stage's tasks in one call).
 * Memory. Live bytes at any event = resident states + everything that later steps in forward
   order keep (activations, kept gathered copies, checkpoint inputs) + the local terms of the
   steps around the event. Processing the steps in backward order (head first), every event's
@@ -29,8 +30,6 @@ Scope: reduce_every_microbatch=True plans (the search space); anything else rais
 
 from dataclasses import dataclass, replace
 from functools import cached_property
-
-import numpy as np
 
 from osdp_sim.costmodel.lowering import (_lower_group, check_selective, optimizer_temp_sums, root_step,
                                          root_unit, unit_optimizer_s)
@@ -194,42 +193,17 @@ def seg(c: float, a: float, s: float) -> float:
     return lo * s + (hi - lo)
 
 
-def _kernel():
-    """fold.run_tasks, imported on first use: numba loads in about half a second, which commands
-    that never search do not pay."""
-    global _run_tasks
-    if _run_tasks is None:
-        from osdp_sim.costmodel.fold import run_tasks
-        _run_tasks = run_tasks
-    return _run_tasks
+def _fold():
+    """costmodel/fold.py, imported on first use: numba (and numpy) load in about half a second,
+    which commands that never search or fold do not pay."""
+    global _fold_module
+    if _fold_module is None:
+        from osdp_sim.costmodel import fold
+        _fold_module = fold
+    return _fold_module
 
 
-_run_tasks = None
-_NO_QUEUE = np.empty((0, 6))
-
-
-def _queue_array(queue: tuple) -> np.ndarray:
-    return np.array(queue, dtype=np.float64) if queue else _NO_QUEUE
-
-
-def _queue_tuple(rows: np.ndarray) -> tuple:
-    """started is 0.0/1.0 here where the tuples had False/True: equal and hashing the same."""
-    return tuple(map(tuple, rows.tolist()))
-
-
-def _pack(tasks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Compute tasks (c, start_deltas, end_delta, new_items, barrier) as fold.py's arrays."""
-    tf = np.zeros((len(tasks), 5))
-    ti = np.zeros((len(tasks), 3), dtype=np.int64)
-    items = []
-    for i, (c, start, end, new, barrier) in enumerate(tasks):
-        if len(start) > 3 or (barrier is not None and barrier < 0):
-            raise ValueError("a compute task has at most three start deltas and a barrier >= 0")
-        tf[i, 0], tf[i, 1] = c, end
-        tf[i, 2:2 + len(start)] = start
-        ti[i] = (len(items), len(items) + len(new), -1 if barrier is None else barrier)
-        items.extend(new)
-    return tf, ti, np.array(items, dtype=np.float64).reshape(len(items), 5)
+_fold_module = None
 
 
 def run_compute(c: float, start_deltas: tuple, end_delta: float, queue: tuple, new_items: tuple,
@@ -246,9 +220,10 @@ def run_compute(c: float, start_deltas: tuple, end_delta: float, queue: tuple, n
     starts are left for the next call (same instant, allocation order irrelevant).
     A stage runs its tasks in one call of fold.run_tasks; this is the same for one task.
     """
-    tf, ti, items = _pack([(c, start_deltas, end_delta, new_items, barrier)])
-    dur, net, top, _m1, _m2, left = _kernel()(_queue_array(queue), tf, ti, items, s, 0.0, 0.0, 1)
-    return dur, top, net, _queue_tuple(left)
+    fold = _fold()
+    tf, ti, items = fold.pack([(c, start_deltas, end_delta, new_items, barrier)])
+    dur, net, top, _m1, _m2, left = fold.run_tasks(fold.queue_array(queue), tf, ti, items, s, 0.0, 0.0, 1)
+    return dur, top, net, fold.queue_tuple(left)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,9 +303,9 @@ def mlp_first(mlp: tuple, pend: Pending) -> bool:
 class StagePlan:
     """What a stage computes without its queue: its forward part and its backward compute tasks."""
 
-    tasks_f: np.ndarray           # fold.py's layouts of the backward compute tasks
-    tasks_i: np.ndarray
-    items: np.ndarray
+    tasks_f: object               # fold.py's arrays of the backward compute tasks (fold.pack)
+    tasks_i: object
+    items: object
     split: int                    # tasks[:split] give o_y; "ckmlp": the rest give o_m2
     dt0_s: float                  # time before the backward tasks (forward segments, "ckattn"'s gathers)
     y0_bytes: float               # live-byte offset before them (S_N, "ckattn"'s re-gathered bytes)
@@ -414,7 +389,7 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
     else:  # embed: the pending step, then the embedding's backward and the reduction tail
         p = steps[0].pending
         tasks = [task(pend), task(p, (), len(p.items) - 1)]
-    tf, ti, items = _pack(tasks)
+    tf, ti, items = _fold().pack(tasks)
     new_pend = None if kind == "embed" else (steps[0].pending_regathered if kind == "group"
                                               else steps[0].pending)
     pms = [st.pm for st in steps]
@@ -444,9 +419,10 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum
     """stage_plan's stage run on the key's queue (see stage_plan for `kind`)."""
     pend, queue = key
     sp = _plan_of(pend, steps, kind, s, ck, pm_sum)
-    dt, y, o_y, o_m1, o_m2, left = _kernel()(_queue_array(queue), sp.tasks_f, sp.tasks_i, sp.items, s,
-                                            sp.dt0_s, sp.y0_bytes, sp.split)
-    return StageOut(key=(sp.new_pend, _queue_tuple(left)), dt=qt(dt), opt=sp.opt, s_n=sp.s_n, o_v=sp.o_v,
+    fold = _fold_module or _fold()
+    dt, y, o_y, o_m1, o_m2, left = fold.run_tasks(fold.queue_array(queue), sp.tasks_f, sp.tasks_i, sp.items, s,
+                                                  sp.dt0_s, sp.y0_bytes, sp.split)
+    return StageOut(key=(sp.new_pend, fold.queue_tuple(left)), dt=qt(dt), opt=sp.opt, s_n=sp.s_n, o_v=sp.o_v,
                     o_y=qm(o_y), d_y=qm(y), d_v=sp.d_v, pm=sp.pm, o_m1=qm(o_m1), o_m2=qm(o_m2),
                     g_a=sp.g_a, p_a=sp.p_a)
 

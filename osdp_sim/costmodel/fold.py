@@ -1,6 +1,8 @@
 """The compiled backward fold of costmodel/fast.py: a stage's compute tasks run one after another
-against the communication queue (numba, compiled on first use and cached in this package's
-__pycache__; where that is read-only numba warns and compiles again in each process).
+against the communication queue (numba). Compiled on first use (a few seconds) and cached in
+osdp_sim/costmodel/__pycache__ (numba's in-tree cache), or where that is read-only in the user's
+cache directory (~/.cache/numba, or NUMBA_CACHE_DIR); with no writable place at all it warns and
+compiles again in every process.
 
 Layouts (float64 rows, so a stage crosses into compiled code once):
   queue  (n, 6): remaining, alloc_at_start, free_at_end, alloc_at_end, work, started (0/1)
@@ -9,6 +11,8 @@ Layouts (float64 rows, so a stage crosses into compiled code once):
   tasks_i (t, 3): its new items items[begin:end], the barrier (index into them, -1: none)
 """
 
+import warnings
+
 import numpy as np
 from numba import njit
 
@@ -16,9 +20,44 @@ from osdp_sim.costmodel.fast import TIME_Q
 
 QCOLS = 6
 ICOLS = 5
+_NO_QUEUE = np.empty((0, QCOLS))
 
 
-@njit(cache=True)
+def queue_array(queue: tuple) -> np.ndarray:
+    return np.array(queue, dtype=np.float64) if queue else _NO_QUEUE
+
+
+def queue_tuple(rows: np.ndarray) -> tuple:
+    """A key's queue (fast.py): started is 0.0/1.0 where the tuples had False/True, which compare
+    and hash the same."""
+    return tuple(map(tuple, rows.tolist()))
+
+
+def pack(tasks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Compute tasks (c, start_deltas, end_delta, new_items, barrier) as run_tasks's arrays."""
+    tf = np.zeros((len(tasks), 5))
+    ti = np.zeros((len(tasks), 3), dtype=np.int64)
+    items = []
+    for i, (c, start, end, new, barrier) in enumerate(tasks):
+        if len(start) > 3 or (barrier is not None and barrier < 0):
+            raise ValueError("a compute task has at most three start deltas and a barrier >= 0")
+        tf[i, 0], tf[i, 1] = c, end
+        tf[i, 2:2 + len(start)] = start
+        ti[i] = (len(items), len(items) + len(new), -1 if barrier is None else barrier)
+        items.extend(new)
+    return tf, ti, np.array(items, dtype=np.float64).reshape(len(items), ICOLS)
+
+
+def _compiled(fn):
+    try:
+        return njit(cache=True)(fn)
+    except RuntimeError as e:                 # numba: "cannot cache function ...: no locator available"
+        warnings.warn(f"osdp_sim: the search's compiled fold cannot be cached ({e}); it is compiled "
+                      "again in every process (set NUMBA_CACHE_DIR to a writable directory)")
+        return njit(fn)
+
+
+@_compiled
 def _compute_task(c, tf, items, ib, ie, bar_rel, queue, nq, s, out, ev_t, ev_o, ev_k, ev_d):
     """One compute task of work c from time 0 (fast.run_compute's rules). The queue and its new
     items are read as one sequence A = queue[:nq] + items[ib:ie]; the queue left is written to
@@ -215,7 +254,7 @@ def _compute_task(c, tf, items, ib, ie, bar_rel, queue, nq, s, out, ev_t, ev_o, 
     return now, top, live, w
 
 
-@njit(cache=True)
+@_compiled
 def run_tasks(queue, tasks_f, tasks_i, items, s, dt0, y0, split):
     """The compute tasks of a stage in order. dt0, y0: the stage's time and live-byte offset before
     them. Returns (time, live-byte offset after them, max of the events of tasks[:split], the
