@@ -1,8 +1,6 @@
 """The compiled backward fold of costmodel/fast.py: a stage's compute tasks run one after another
-against the communication queue (numba). Compiled on first use (a few seconds) and cached in
-osdp_sim/costmodel/__pycache__ (numba's in-tree cache), or where that is read-only in the user's
-cache directory (~/.cache/numba, or NUMBA_CACHE_DIR); with no writable place at all it warns and
-compiles again in every process.
+against the communication queue, compiled with numba (osdp_sim/jit.py: when it compiles and
+where the code is cached).
 
 Layouts (float64 rows, so a stage crosses into compiled code once):
   queue  (n, 6): remaining, alloc_at_start, free_at_end, alloc_at_end, work, started (0/1)
@@ -11,12 +9,10 @@ Layouts (float64 rows, so a stage crosses into compiled code once):
   tasks_i (t, 3): its new items items[begin:end], the barrier (index into them, -1: none)
 """
 
-import warnings
-
 import numpy as np
-from numba import njit
 
 from osdp_sim.costmodel.fast import TIME_Q
+from osdp_sim.jit import compiled
 
 QCOLS = 6
 ICOLS = 5
@@ -48,16 +44,7 @@ def pack(tasks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tf, ti, np.array(items, dtype=np.float64).reshape(len(items), ICOLS)
 
 
-def _compiled(fn):
-    try:
-        return njit(cache=True)(fn)
-    except RuntimeError as e:                 # numba: "cannot cache function ...: no locator available"
-        warnings.warn(f"osdp_sim: the search's compiled fold cannot be cached ({e}); it is compiled "
-                      "again in every process (set NUMBA_CACHE_DIR to a writable directory)")
-        return njit(fn)
-
-
-@_compiled
+@compiled
 def _compute_task(c, tf, items, ib, ie, bar_rel, queue, nq, s, out, ev_t, ev_o, ev_k, ev_d):
     """One compute task of work c from time 0 (fast.run_compute's rules). The queue and its new
     items are read as one sequence A = queue[:nq] + items[ib:ie]; the queue left is written to
@@ -254,7 +241,7 @@ def _compute_task(c, tf, items, ib, ie, bar_rel, queue, nq, s, out, ev_t, ev_o, 
     return now, top, live, w
 
 
-@_compiled
+@compiled
 def run_tasks(queue, tasks_f, tasks_i, items, s, dt0, y0, split):
     """The compute tasks of a stage in order. dt0, y0: the stage's time and live-byte offset before
     them. Returns (time, live-byte offset after them, max of the events of tasks[:split], the
