@@ -307,6 +307,7 @@ class StagePlan:
     tasks_i: object
     items: object
     split: int                    # tasks[:split] give o_y; "ckmlp": the rest give o_m2
+    slowdown: float               # the overlap slowdown s the tasks run with
     dt0_s: float                  # time before the backward tasks (forward segments, "ckattn"'s gathers)
     y0_bytes: float               # live-byte offset before them (S_N, "ckattn"'s re-gathered bytes)
     new_pend: Pending | None
@@ -393,7 +394,7 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
     new_pend = None if kind == "embed" else (steps[0].pending_regathered if kind == "group"
                                               else steps[0].pending)
     pms = [st.pm for st in steps]
-    return StagePlan(tasks_f=tf, tasks_i=ti, items=items, split=1 if kind == "ckmlp" else len(tasks),
+    return StagePlan(tasks_f=tf, tasks_i=ti, items=items, split=1 if kind == "ckmlp" else len(tasks), slowdown=s,
                      dt0_s=dt, y0_bytes=y, new_pend=new_pend, opt=qt(sum(st.opt for st in steps)),
                      s_n=qm(s_n), o_v=qm(o_v), d_v=qm(res_n),
                      pm=qm(sum(pms) if pm_sum else max(pms, default=0.0)), g_a=qm(g_a), p_a=qm(p_a))
@@ -415,16 +416,21 @@ def _plan_of(pend, steps, kind, s, ck, pm_sum) -> StagePlan:
     return hit[2]
 
 
-def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum: bool = False) -> StageOut:
-    """stage_plan's stage run on the key's queue (see stage_plan for `kind`)."""
-    pend, queue = key
-    sp = _plan_of(pend, steps, kind, s, ck, pm_sum)
+def run_stage(sp: StagePlan, queue: tuple) -> StageOut:
+    """A stage's backward compute tasks against the key's queue, in one compiled call."""
     fold = _fold_module or _fold()
-    dt, y, o_y, o_m1, o_m2, left = fold.run_tasks(fold.queue_array(queue), sp.tasks_f, sp.tasks_i, sp.items, s,
+    dt, y, o_y, o_m1, o_m2, left = fold.run_tasks(fold.queue_array(queue), sp.tasks_f, sp.tasks_i, sp.items, sp.slowdown,
                                                   sp.dt0_s, sp.y0_bytes, sp.split)
     return StageOut(key=(sp.new_pend, fold.queue_tuple(left)), dt=qt(dt), opt=sp.opt, s_n=sp.s_n, o_v=sp.o_v,
                     o_y=qm(o_y), d_y=qm(y), d_v=sp.d_v, pm=sp.pm, o_m1=qm(o_m1), o_m2=qm(o_m2),
                     g_a=sp.g_a, p_a=sp.p_a)
+
+
+def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum: bool = False) -> StageOut:
+    """stage_plan's stage run on the key's queue (see stage_plan for `kind`); the plan is cached
+    (the search meets the same pending step and steps with many queues)."""
+    pend, queue = key
+    return run_stage(_plan_of(pend, steps, kind, s, ck, pm_sum), queue)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,10 +517,10 @@ def fast_estimate(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> FastEstim
         if stages[0][0] == "ckmlp":
             split = mlp_first(stages[0][1], key[0])
             stages = stages[:2] if split else stages[2:]
-        for kind, steps, ck in stages:
-            out = stage(key, steps, kind, s, ck, pm_sum)
+        for kind, steps, ck in stages:             # (one plan: its stage plans are not cached)
+            out = run_stage(stage_plan(key[0], steps, kind, s, ck, pm_sum), key[1])
             lab, key = apply(lab, out, m, pm_sum), out.key
-    out = stage(key, (root.embed,), "embed", s, pm_sum=pm_sum)
+    out = run_stage(stage_plan(key[0], (root.embed,), "embed", s, pm_sum=pm_sum), key[1])
     lab = apply(lab, out, m, pm_sum)
     t_q, peak_q = finish(lab)
     it_s = t_q * TIME_Q

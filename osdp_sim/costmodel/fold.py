@@ -31,17 +31,19 @@ def queue_tuple(rows: np.ndarray) -> tuple:
 
 def pack(tasks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Compute tasks (c, start_deltas, end_delta, new_items, barrier) as run_tasks's arrays."""
-    tf = np.zeros((len(tasks), 5))
-    ti = np.zeros((len(tasks), 3), dtype=np.int64)
-    items = []
-    for i, (c, start, end, new, barrier) in enumerate(tasks):
+    rows_f, rows_i, items = [], [], []
+    for c, start, end, new, barrier in tasks:
         if len(start) > 3 or (barrier is not None and barrier < 0):
             raise ValueError("a compute task has at most three start deltas and a barrier >= 0")
-        tf[i, 0], tf[i, 1] = c, end
-        tf[i, 2:2 + len(start)] = start
-        ti[i] = (len(items), len(items) + len(new), -1 if barrier is None else barrier)
+        rows_f.append((c, end, *start, *_PAD[len(start)]))
+        rows_i.append((len(items), len(items) + len(new), -1 if barrier is None else barrier))
         items.extend(new)
-    return tf, ti, np.array(items, dtype=np.float64).reshape(len(items), ICOLS)
+    return (np.array(rows_f, dtype=np.float64), np.array(rows_i, dtype=np.int64),
+            np.array(items, dtype=np.float64) if items else _NO_ITEMS)
+
+
+_PAD = ((0.0, 0.0, 0.0), (0.0, 0.0), (0.0,), ())
+_NO_ITEMS = np.empty((0, ICOLS))
 
 
 @compiled
