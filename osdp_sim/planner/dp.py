@@ -41,6 +41,9 @@ def positions_of(pb: Problem) -> list[tuple[str, int]]:
 
 
 PARETO_CHUNK_ROWS = 200_000       # rows between deadline checks of the dominance filter
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_H = np.zeros((1, 1))
+_NO_M = np.zeros(1)
 
 
 class _Timeout(Exception):
@@ -227,23 +230,22 @@ class Engine:
         graph: a KeyGraph valid for this limit and the caller's threshold (graph_for) to tighten
         them with; a graph over merged keys (merged.py) is read at the labels' own merged ids CM
         (without them it is not used)."""
+        from osdp_sim.planner.labelbounds import label_bounds
         bnd = self.bounds
         ukey, kinv = np.unique(CK, return_inverse=True)
-        KC, KM = bnd.key_terms(g, self.key_rows[ukey])
-        KC, KM = KC[kinv], KM[kinv]                              # (N, J), (N,)
-        mem_lb = C[:, 1] + KM - bnd.m_margin
-        if np.isfinite(pq_max):
-            # the undecided steps may add at most pq_max - U bytes (U' >= U + S_N)
-            budget = np.maximum(pq_max - C[:, 1].astype(float) + bnd.m_margin, 0.0)
-            lb = np.max(KC - bnd.j_lam[None, :] * budget[:, None], axis=1)
+        KC, KM = bnd.key_terms(g, self.key_rows[ukey])               # (keys, J), (keys,)
+        use_graph = graph is not None and (graph.view is None or CM is not None)
+        if use_graph:           # both bounds are valid; the graph's is the tighter one almost everywhere
+            rows = graph.rows_of(g, CK if graph.view is None else CM)
+            H, Mg, lams = graph.H[g], graph.M[g], graph.lams
         else:
-            lb = np.max(KC[:, bnd.j_lam == 0.0], axis=1)
-        if graph is not None and (graph.view is None or CM is not None):
-            # both bounds are valid; the graph's is the tighter one almost everywhere
-            lb_g, mem_g = graph.bounds(g, CK if graph.view is None else CM, C[:, 1] - bnd.m_margin, pq_max)
-            lb = np.maximum(lb, lb_g)
-            mem_lb = np.maximum(mem_lb, C[:, 1] + mem_g - bnd.m_margin)
-        return C[:, 0] + lb - bnd.t_margin, mem_lb
+            rows, H, Mg, lams = _NO_ROWS, _NO_H, _NO_M, _NO_M
+        # the undecided steps may add at most pq_max - U bytes (U' >= U + S_N)
+        finite = bool(np.isfinite(pq_max))
+        return label_bounds(np.ascontiguousarray(C, dtype=np.int64), kinv.astype(np.int64), np.asarray(KC, dtype=np.float64),
+                            np.asarray(KM, dtype=np.float64), bnd.j_lam, float(pq_max) if finite else 0.0, finite,
+                            float(bnd.m_margin), float(bnd.t_margin), np.asarray(H, dtype=np.float64), rows.astype(np.int64),
+                            np.asarray(lams, dtype=np.float64), np.asarray(Mg, dtype=np.float64), use_graph)
 
     # ---- the search --------------------------------------------------------------------------
     def run(self, *, thr_q: float = float("inf"), pq_max: float = float("inf"), top_k: int = 1,
