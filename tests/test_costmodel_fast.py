@@ -8,6 +8,9 @@ from searchfixtures import random_hw, random_plan, random_spec
 
 from osdp_sim.costmodel import estimate
 from osdp_sim.costmodel.fast import fast_estimate, run_compute, seg
+from osdp_sim.costmodel.memory import peak_memory
+from osdp_sim.costmodel.schedule import MemEvent
+from osdp_sim.costmodel.simulate import Task, simulate
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.config import with_overrides
 from osdp_sim.model.families import BUILTIN
@@ -105,6 +108,59 @@ def test_run_compute_time_depends_on_the_queue_only_through_its_total_work():
         less = total * rng.random()
         d2, l2 = run([(less, 0.0, 0.0, 0.0, less, True)] if less > 0 else [])
         assert d2 <= dur + 1e-12 and l2 <= left + 1e-12
+
+
+def _simulated(c, start_deltas, end_delta, queue, new_items, barrier, s):
+    """run_compute's task as a task graph for simulate() and peak_memory(): the queue's items ready
+    at time 0, the new ones issued when the compute task starts (or ready when it ends), and a next
+    compute task waiting for the barrier. Returns (its start, the peak and net of the events before
+    it, the items not finished by then)."""
+    tasks, events = [Task("c", "compute", c, "bwd")], []
+    events += [MemEvent(0, "start", d, "activations") for d in start_deltas if d]
+    if end_delta:
+        events.append(MemEvent(0, "end", end_delta, "activations"))
+    rows = [(rem, 0.0 if started else a0, fe, ae, ()) for rem, a0, fe, ae, _w, started in queue]
+    rows += [(w, a0, fe, ae, ((0, "end" if ready_at_end else "start"),)) for w, a0, fe, ae, ready_at_end in new_items]
+    for w, a0, fe, ae, deps in rows:
+        i = len(tasks)
+        tasks.append(Task(f"q{i}", "comm", w, "reduce_scatter", deps))
+        events += [MemEvent(i, "start", a0, "grads")] if a0 else []
+        events += [MemEvent(i, at, d, "grads") for at, d in (("end", -fe), ("end", ae)) if d]
+    deps = ((len(queue) + 1 + barrier, "end"),) if barrier is not None else ()
+    tasks.append(Task("next", "compute", 1.0, "bwd", deps))
+    simulate(tasks, s)
+    t_next = tasks[-1].start_s
+    # what happens before the next compute task starts (an item starting with it is left for it)
+    seen = [e for e in events if tasks[e.task].start_s < t_next and
+            (e.at == "start" or tasks[e.task].end_s <= t_next)]
+    peak = peak_memory(tasks, seen).peak_bytes
+    left = sum(1 for t in tasks[1:-1] if not (t.start_s < t_next and t.end_s <= t_next))
+    return t_next, peak, sum(e.delta_bytes for e in seen), left
+
+
+def test_run_compute_agrees_with_the_event_simulator_on_hand_built_queues():
+    """The compiled fold (costmodel/fold.py) against simulate() + peak_memory(), the reference."""
+    rng = random.Random(11)
+    mib = 2.0 ** 20
+    for _ in range(400):
+        s = rng.choice([1.0, 1.3, 2.0])
+        queue = []
+        for i in range(rng.randint(0, 4)):
+            w = rng.choice([0.0, rng.uniform(0.01, 2.0)])
+            started = i == 0 and w > 0 and rng.random() < 0.5
+            rem = w * rng.uniform(0.1, 0.9) if started else w
+            queue.append((rem, rng.uniform(0, 5) * mib, rng.uniform(0, 5) * mib, rng.uniform(0, 5) * mib, w, started))
+        new = tuple((rng.choice([0.0, rng.uniform(0.01, 2.0)]), rng.uniform(0, 5) * mib, rng.uniform(0, 5) * mib,
+                     rng.choice([0.0, mib]), rng.random() < 0.4) for _ in range(rng.randint(0, 3)))
+        barrier = rng.randrange(len(new)) if new and rng.random() < 0.7 else None
+        start = tuple(rng.uniform(-3, 3) * mib for _ in range(rng.randint(0, 2)))
+        c, end = rng.uniform(0.05, 3.0), rng.choice([0.0, rng.uniform(-3, 3) * mib])
+        dur, top, net, left = run_compute(c, start, end, tuple(queue), new, barrier, s)
+        t_next, peak, net_sim, left_sim = _simulated(c, start, end, tuple(queue), new, barrier, s)
+        assert dur == pytest.approx(t_next, rel=1e-12)
+        assert max(top, 0.0) == pytest.approx(peak, rel=1e-9, abs=1e-3)
+        assert net == pytest.approx(net_sim, rel=1e-9, abs=1e-3)
+        assert len(left) == left_sim
 
 
 HF_LIKE = {   # the structures whose transformers terms differ, at a size the test runs quickly

@@ -22,3 +22,14 @@ def test_keeps_exactly_the_rows_no_earlier_row_of_their_key_dominates(seed):
     for i in range(len(C)):
         dominated = any(CK[j] == CK[i] and np.all(C[j] <= C[i]) for j in range(i))
         assert keep[i] == (not dominated)
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("top_k", [2, 3])
+def test_top_k_keeps_the_rows_fewer_than_k_kept_rows_of_their_key_dominate(seed, top_k):
+    rng = np.random.default_rng(100 + seed)
+    C, CK = _sorted_instance(rng, int(rng.integers(2, 300)), 7, int(rng.integers(1, 6)), int(rng.integers(2, 6)))
+    keep = pareto_by_key(C, CK, top_k)
+    for i in range(len(C)):
+        dominators = sum(1 for j in range(i) if keep[j] and CK[j] == CK[i] and np.all(C[j] <= C[i]))
+        assert keep[i] == (dominators < top_k)

@@ -12,7 +12,8 @@ simulation does not need but a search can use:
   all-gather when it starts, its reduce-scatter when it ends, a checkpointed block's gathers) and
   whether the next compute task waits for a gather are fixed by the plan's neighbouring choices.
   `run_compute` simulates one compute task against that queue with simulate()'s rules and
-  returns its duration, the memory events inside it and the queue left for the next task.
+  returns its duration, the memory events inside it and the queue left for the next task
+  (compiled: costmodel/fold.py runs a stage's tasks in one call).
 * Memory. Live bytes at any event = resident states + everything that later steps in forward
   order keep (activations, kept gathered copies, checkpoint inputs) + the local terms of the
   steps around the event. Processing the steps in backward order (head first), every event's
@@ -192,13 +193,22 @@ def seg(c: float, a: float, s: float) -> float:
     return lo * s + (hi - lo)
 
 
-def _q(x: float) -> float:
-    return round(x / TIME_Q) * TIME_Q
+def _fold():
+    """costmodel/fold.py, imported on first use: numba (and numpy) load in about half a second,
+    which commands that never search or fold do not pay."""
+    global _fold_module
+    if _fold_module is None:
+        from osdp_sim.costmodel import fold
+        _fold_module = fold
+    return _fold_module
+
+
+_fold_module = None
 
 
 def run_compute(c: float, start_deltas: tuple, end_delta: float, queue: tuple, new_items: tuple,
                 barrier: int | None, s: float):
-    """Run one compute task of work c (> 0) from time 0.
+    """Run one compute task of work c (> 0) from time 0 (compiled: fold.py).
 
     queue: items already queued and ready, (remaining, alloc_at_start, free_at_end, alloc_at_end,
     work, started). new_items: (work, alloc_at_start, free_at_end, alloc_at_end, ready_at_end),
@@ -208,102 +218,12 @@ def run_compute(c: float, start_deltas: tuple, end_delta: float, queue: tuple, n
     Events at equal times: frees before allocations; a zero-duration item's end after both
     (memory.peak_memory's ordering). Items that would start exactly when the next compute task
     starts are left for the next call (same instant, allocation order irrelevant).
-    Items are read in place, not copied: a queued item not yet started (remaining == work) is
-    passed on as it is, so a call costs the items it runs, not the length of the queue.
+    A stage runs its tasks in one call of fold.run_tasks; this is the same for one task.
     """
-    nq = len(queue)
-    n = nq + len(new_items)
-    bar = -1 if barrier is None else nq + barrier
-    ev = []
-    for d in start_deltas:
-        if d:
-            ev.append((0.0, 0, 1 if d > 0 else 0, len(ev), d))
-    now, crem = 0.0, c
-    k, active = 0, False                 # item k runs (items before k are done)
-    rem = work = fe = ae = 0.0
-    rate = 1.0 / s
-    while True:                          # the compute task, with the items it overlaps
-        while not active and k < n:
-            if k < nq:
-                rem, a0, fe, ae, work, started = queue[k]
-            else:
-                work, a0, fe, ae, rae = new_items[k - nq]
-                if rae:
-                    break
-                rem, started = work, False
-            if not started:
-                if a0:
-                    ev.append((now, 0, 1, len(ev), a0))
-                if work <= 0:
-                    if fe:
-                        ev.append((now, 1, 0, len(ev), -fe))
-                    if ae:
-                        ev.append((now, 1, 1, len(ev), ae))
-                    k += 1
-                    continue
-            active = True
-        if not active:                                 # the compute task alone
-            now += crem
-            crem = 0.0
-        else:
-            step = (crem if crem <= rem else rem) / rate
-            now += step
-            crem -= step * rate
-            rem -= step * rate
-        # simulate()'s completion test, rem <= 1e-15 * max(1, work), inlined
-        cdone = crem <= 1e-15 * (c if c > 1.0 else 1.0)
-        if cdone and end_delta:
-            ev.append((now, 0, 1 if end_delta > 0 else 0, len(ev), end_delta))
-        if active and rem <= 1e-15 * (work if work > 1.0 else 1.0):
-            if fe:
-                ev.append((now, 0, 0, len(ev), -fe))
-            if ae:
-                ev.append((now, 0, 1, len(ev), ae))
-            active = False
-            k += 1
-        if cdone:
-            break
-    if bar >= k:                         # the next task waits: items up to the barrier run alone
-        z = bar                          # zero-work items due last start with the next task
-        while z >= k and (queue[z][4] if z < nq else new_items[z - nq][0]) <= 0:
-            z -= 1                       # (a running item has work: z stops at it)
-        while k <= z:
-            if active:                   # the item running when the compute task ended
-                active, started = False, True
-            elif k < nq:
-                rem, a0, fe, ae, work, started = queue[k]
-            else:
-                work, a0, fe, ae, _rae = new_items[k - nq]
-                rem, started = work, False
-            if not started and a0:
-                ev.append((now, 0, 1, len(ev), a0))
-            o = 0
-            if started or work > 0:
-                now += rem
-            else:
-                o = 1                    # a zero-duration item's end after frees and allocations
-            if fe:
-                ev.append((now, o, 0, len(ev), -fe))
-            if ae:
-                ev.append((now, o, 1, len(ev), ae))
-            k += 1
-    ev.sort()
-    live, top = 0.0, float("-inf")
-    for e in ev:
-        live += e[4]
-        if live > top:
-            top = live
-    left = []
-    j = k
-    if active:
-        left.append((_q(rem), 0.0, fe, ae, work, True))
-        j += 1
-    if j < nq:
-        left.extend(queue[j:])
-        j = nq
-    for w, a0, f, a, _r in new_items[j - nq:]:
-        left.append((w, a0, f, a, w, False))
-    return now, top, live, tuple(left)
+    fold = _fold()
+    tf, ti, items = fold.pack([(c, start_deltas, end_delta, new_items, barrier)])
+    dur, net, top, _m1, _m2, left = fold.run_tasks(fold.queue_array(queue), tf, ti, items, s, 0.0, 0.0, 1)
+    return dur, top, net, fold.queue_tuple(left)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,8 +299,30 @@ def mlp_first(mlp: tuple, pend: Pending) -> bool:
     return bool(z) and z[-1].agb > 0 and bool(pend.items)
 
 
-def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum: bool = False) -> StageOut:
-    """Process `steps` (forward order) given the key left by the later steps.
+@dataclass(frozen=True)
+class StagePlan:
+    """What a stage computes without its queue: its forward part and its backward compute tasks."""
+
+    tasks_f: object               # fold.py's arrays of the backward compute tasks (fold.pack)
+    tasks_i: object
+    items: object
+    split: int                    # tasks[:split] give o_y; "ckmlp": the rest give o_m2
+    slowdown: float               # the overlap slowdown s the tasks run with
+    dt0_s: float                  # time before the backward tasks (forward segments, "ckattn"'s gathers)
+    y0_bytes: float               # live-byte offset before them (S_N, "ckattn"'s re-gathered bytes)
+    new_pend: Pending | None
+    opt: int                      # StageOut's queue-independent fields, quantised
+    s_n: int
+    o_v: int
+    d_v: int
+    pm: int
+    g_a: int
+    p_a: int
+
+
+def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0,
+               pm_sum: bool = False) -> StagePlan:
+    """Process `steps` (forward order) given the pending step left by the later steps.
 
     kind: "group" (one group of an unchecked block); "ckpt" (a whole checkpointed block, ck its
     checkpoint bytes); "ckmlp" then "ckattn" (a checkpointed block whose MLP re-gathers something,
@@ -389,7 +331,6 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum
     constants to the MLP's memory events (carried as m1, m2)); "embed" (the embedding step, then
     the reduction tail).
     """
-    pend, queue = key
     ckpt = kind in ("ckpt", "ckmlp", "ckattn")
     first_has_ck = kind in ("ckpt", "ckattn")
     n = len(steps)
@@ -419,69 +360,77 @@ def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum
     if kind == "embed":
         dt += steps[0].agf or 0.0                       # the root all-gather starts the step
         o_v = max(o_v, res_n + steps[0].gath)           # and allocates the root's copy at t=0
-    # backward compute tasks, in backward order
+    # backward compute tasks, in backward order: (work, start deltas, end delta, new items, barrier)
     y = s_n
-    o_y = float("-inf")
-    o_m1 = o_m2 = float("-inf")
     g_a = p_a = 0.0
 
-    def run(c, start, end, items, barrier):
-        nonlocal y, dt, queue
-        dur, top, net, queue = run_compute(c, start, end, queue, items, barrier, s)
-        top_abs = y + top
-        y += net
-        dt += dur
-        return top_abs
+    def task(p, extra=(), barrier=None):
+        return (p.b, p.start, p.end, p.items + extra, barrier)
 
-    def chain(tasks):                # backward steps of units already gathered: no prefetch
-        top = float("-inf")
-        for p in tasks:
-            top = max(top, run(p.b, p.start, p.end, p.items, None))
-        return top
+    def recompute():
+        return (sum(st.rc for st in steps), (-ck - sum(st.sk for st in steps), sum(st.act for st in steps),
+                                             _copies(steps)), 0.0, (), None)
 
-    if kind == "ckpt":
+    chain = [task(st.pending) for st in steps[:0:-1]]   # units already gathered: no prefetch
+    if kind in ("ckpt", "ckmlp"):
         ags = tuple(_bwd_gather(st) for st in steps if st.z3)
-        o_y = run(pend.b, pend.start, pend.end, pend.items + ags,
-                  len(pend.items) + len(ags) - 1 if ags else None)
-        o_y = max(o_y, run(sum(st.rc for st in steps), (-ck - sum(st.sk for st in steps),
-                                                        sum(st.act for st in steps), _copies(steps)),
-                           0.0, (), None))
-        o_y = max(o_y, chain(st.pending for st in steps[:0:-1]))
-    elif kind == "ckmlp":
-        ags = tuple(_bwd_gather(st) for st in steps if st.z3)
-        o_y = run(pend.b, pend.start, pend.end, pend.items + ags, len(pend.items) + len(ags) - 1)
-        o_m1 = y                     # after the last gather's allocation nothing else happens
-        o_m2 = run(sum(st.rc for st in steps), (-ck - sum(st.sk for st in steps),
-                                                sum(st.act for st in steps), _copies(steps)),
-                   0.0, (), None)
-        o_m2 = max(o_m2, chain(st.pending for st in steps[:0:-1]))
+        tasks = [task(pend, ags, len(pend.items) + len(ags) - 1 if ags else None), recompute()] + chain
     elif kind == "ckattn":
         # its gathers are allocated before the recompute starts (m1), its ddp copies with it (m2)
         g_a = sum(st.gath for st in steps if st.z3) - _copies(steps)
         p_a = g_a + _copies(steps) + sum(st.act - st.sk for st in steps)
         dt += sum(st.agb for st in steps if st.z3) + sum(st.rc for st in steps)
         y += p_a
-        o_y = chain([pend] + [st.pending for st in steps[:0:-1]])
+        tasks = [task(pend)] + chain
     elif kind == "group":
-        order = [pend] + [st.pending_regathered for st in steps[:0:-1]]
-        for j, p in enumerate(order):
+        tasks = []
+        for j, p in enumerate([pend] + [st.pending_regathered for st in steps[:0:-1]]):
             nxt = steps[n - 1 - j]
-            if nxt.z3:
-                top = run(p.b, p.start, p.end, (_bwd_gather(nxt),) + p.items, 0)
-            else:
-                top = run(p.b, p.start, p.end, p.items, None)
-            o_y = max(o_y, top)
+            tasks.append((p.b, p.start, p.end, (_bwd_gather(nxt),) + p.items, 0) if nxt.z3 else task(p))
     else:  # embed: the pending step, then the embedding's backward and the reduction tail
-        o_y = run(pend.b, pend.start, pend.end, pend.items, None)
         p = steps[0].pending
-        o_y = max(o_y, run(p.b, p.start, p.end, p.items, len(p.items) - 1))
+        tasks = [task(pend), task(p, (), len(p.items) - 1)]
+    tf, ti, items = _fold().pack(tasks)
     new_pend = None if kind == "embed" else (steps[0].pending_regathered if kind == "group"
                                               else steps[0].pending)
     pms = [st.pm for st in steps]
-    return StageOut(key=(new_pend, queue), dt=qt(dt), opt=qt(sum(st.opt for st in steps)),
-                    s_n=qm(s_n), o_v=qm(o_v), o_y=qm(o_y), d_y=qm(y), d_v=qm(res_n),
-                    pm=qm(sum(pms) if pm_sum else max(pms, default=0.0)),
-                    o_m1=qm(o_m1), o_m2=qm(o_m2), g_a=qm(g_a), p_a=qm(p_a))
+    return StagePlan(tasks_f=tf, tasks_i=ti, items=items, split=1 if kind == "ckmlp" else len(tasks), slowdown=s,
+                     dt0_s=dt, y0_bytes=y, new_pend=new_pend, opt=qt(sum(st.opt for st in steps)),
+                     s_n=qm(s_n), o_v=qm(o_v), d_v=qm(res_n),
+                     pm=qm(sum(pms) if pm_sum else max(pms, default=0.0)), g_a=qm(g_a), p_a=qm(p_a))
+
+
+_PLANS: dict = {}                 # (ids of pend and steps, kind, s, ck, pm_sum) -> (pend, steps, StagePlan)
+_MAX_PLANS = 200_000
+
+
+def _plan_of(pend, steps, kind, s, ck, pm_sum) -> StagePlan:
+    """stage_plan, cached by the identity of the pending step and the StepCosts (the cache holds
+    them, so their ids stay theirs): hashing the dataclasses costs more than the plan saves."""
+    mk = (id(pend), tuple(map(id, steps)), kind, s, ck, pm_sum)
+    hit = _PLANS.get(mk)
+    if hit is None:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        hit = _PLANS[mk] = (pend, steps, stage_plan(pend, steps, kind, s, ck, pm_sum))
+    return hit[2]
+
+
+def run_stage(sp: StagePlan, queue: tuple) -> StageOut:
+    """A stage's backward compute tasks against the key's queue, in one compiled call."""
+    fold = _fold_module or _fold()
+    dt, y, o_y, o_m1, o_m2, left = fold.run_tasks(fold.queue_array(queue), sp.tasks_f, sp.tasks_i, sp.items, sp.slowdown,
+                                                  sp.dt0_s, sp.y0_bytes, sp.split)
+    return StageOut(key=(sp.new_pend, fold.queue_tuple(left)), dt=qt(dt), opt=sp.opt, s_n=sp.s_n, o_v=sp.o_v,
+                    o_y=qm(o_y), d_y=qm(y), d_v=sp.d_v, pm=sp.pm, o_m1=qm(o_m1), o_m2=qm(o_m2),
+                    g_a=sp.g_a, p_a=sp.p_a)
+
+
+def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum: bool = False) -> StageOut:
+    """stage_plan's stage run on the key's queue (see stage_plan for `kind`); the plan is cached
+    (the search meets the same pending step and steps with many queues)."""
+    pend, queue = key
+    return run_stage(_plan_of(pend, steps, kind, s, ck, pm_sum), queue)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -568,10 +517,10 @@ def fast_estimate(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> FastEstim
         if stages[0][0] == "ckmlp":
             split = mlp_first(stages[0][1], key[0])
             stages = stages[:2] if split else stages[2:]
-        for kind, steps, ck in stages:
-            out = stage(key, steps, kind, s, ck, pm_sum)
+        for kind, steps, ck in stages:             # (one plan: its stage plans are not cached)
+            out = run_stage(stage_plan(key[0], steps, kind, s, ck, pm_sum), key[1])
             lab, key = apply(lab, out, m, pm_sum), out.key
-    out = stage(key, (root.embed,), "embed", s, pm_sum=pm_sum)
+    out = run_stage(stage_plan(key[0], (root.embed,), "embed", s, pm_sum=pm_sum), key[1])
     lab = apply(lab, out, m, pm_sum)
     t_q, peak_q = finish(lab)
     it_s = t_q * TIME_Q

@@ -40,6 +40,12 @@ def positions_of(pb: Problem) -> list[tuple[str, int]]:
     return out
 
 
+PARETO_CHUNK_ROWS = 200_000       # rows between deadline checks of the dominance filter
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_H = np.zeros((1, 1))
+_NO_M = np.zeros(1)
+
+
 class _Timeout(Exception):
     """The deadline passed while a decision was being expanded."""
 
@@ -224,23 +230,22 @@ class Engine:
         graph: a KeyGraph valid for this limit and the caller's threshold (graph_for) to tighten
         them with; a graph over merged keys (merged.py) is read at the labels' own merged ids CM
         (without them it is not used)."""
+        from osdp_sim.planner.labelbounds import label_bounds
         bnd = self.bounds
         ukey, kinv = np.unique(CK, return_inverse=True)
-        KC, KM = bnd.key_terms(g, self.key_rows[ukey])
-        KC, KM = KC[kinv], KM[kinv]                              # (N, J), (N,)
-        mem_lb = C[:, 1] + KM - bnd.m_margin
-        if np.isfinite(pq_max):
-            # the undecided steps may add at most pq_max - U bytes (U' >= U + S_N)
-            budget = np.maximum(pq_max - C[:, 1].astype(float) + bnd.m_margin, 0.0)
-            lb = np.max(KC - bnd.j_lam[None, :] * budget[:, None], axis=1)
+        KC, KM = bnd.key_terms(g, self.key_rows[ukey])               # (keys, J), (keys,)
+        use_graph = graph is not None and (graph.view is None or CM is not None)
+        if use_graph:           # both bounds are valid; the graph's is the tighter one almost everywhere
+            rows = graph.rows_of(g, CK if graph.view is None else CM)
+            H, Mg, lams = graph.H[g], graph.M[g], graph.lams
         else:
-            lb = np.max(KC[:, bnd.j_lam == 0.0], axis=1)
-        if graph is not None and (graph.view is None or CM is not None):
-            # both bounds are valid; the graph's is the tighter one almost everywhere
-            lb_g, mem_g = graph.bounds(g, CK if graph.view is None else CM, C[:, 1] - bnd.m_margin, pq_max)
-            lb = np.maximum(lb, lb_g)
-            mem_lb = np.maximum(mem_lb, C[:, 1] + mem_g - bnd.m_margin)
-        return C[:, 0] + lb - bnd.t_margin, mem_lb
+            rows, H, Mg, lams = _NO_ROWS, _NO_H, _NO_M, _NO_M
+        # the undecided steps may add at most pq_max - U bytes (U' >= U + S_N)
+        finite = bool(np.isfinite(pq_max))
+        return label_bounds(np.ascontiguousarray(C, dtype=np.int64), kinv.astype(np.int64), np.asarray(KC, dtype=np.float64),
+                            np.asarray(KM, dtype=np.float64), bnd.j_lam, float(pq_max) if finite else 0.0, finite,
+                            float(bnd.m_margin), float(bnd.t_margin), np.asarray(H, dtype=np.float64), rows.astype(np.int64),
+                            np.asarray(lams, dtype=np.float64), np.asarray(Mg, dtype=np.float64), use_graph)
 
     # ---- the search --------------------------------------------------------------------------
     def run(self, *, thr_q: float = float("inf"), pq_max: float = float("inf"), top_k: int = 1,
@@ -439,67 +444,20 @@ def _abandoned(tried: list, pq_max: float, thr_q: float, caps: GraphCaps) -> boo
 
 def pareto_by_key(C: np.ndarray, CK: np.ndarray, top_k: int, deadline: float | None = None) -> np.ndarray:
     """C sorted by (key, columns...). Keep the rows dominated (<= in every column) by fewer than
-    top_k other rows of the same key; among equal rows the first ones are kept.
-
-    top_k = 1, vectorised: with rows sorted, a row can only be dominated by an earlier row of its
-    key. If its u is below every earlier u of the key, nothing dominates it. Otherwise the earlier
-    row with the least u (ties: first) decides in the common case, then the earlier rows least in
-    each other column; the rest are checked one by one.
-    """
+    top_k kept rows of the same key; among equal rows the first ones are kept (compiled:
+    planner/dominance.py). The deadline is checked between chunks of keys."""
+    from osdp_sim.planner.dominance import pareto_segments
     n = len(C)
     keep = np.ones(n, dtype=bool)
     if n <= 1:
         return keep
     starts = np.flatnonzero(np.r_[True, CK[1:] != CK[:-1]])
-    if top_k > 1:
-        ends = np.r_[starts[1:], n]
-        for s, e in zip(starts, ends):
-            kept_rows: list[int] = []
-            if deadline is not None and time.perf_counter() > deadline:
-                raise _Timeout
-            for i in range(s, e):
-                if kept_rows:
-                    dom = np.all(C[kept_rows][:, 1:] <= C[i, 1:], axis=1)
-                    if np.count_nonzero(dom) >= top_k:
-                        keep[i] = False
-                        continue
-                kept_rows.append(i)
-        return keep
-    seg = np.cumsum(np.r_[True, CK[1:] != CK[:-1]]) - 1
-    first = np.r_[True, seg[1:] != seg[:-1]]
-
-    def earlier_least(col: int) -> np.ndarray:
-        """Per row, the earlier row of its key with the least value in col (ties: the first)."""
-        nseg = seg[-1] + 1
-        rank = np.empty(n, dtype=np.int64)
-        by = np.lexsort((np.arange(n), C[:, col]))
-        rank[by] = np.arange(n)
-        tv = (nseg - seg) * n + rank              # later keys rank below earlier ones: the
-        prev = np.r_[0, np.minimum.accumulate(tv)[:-1]]      # running minimum restarts per key
-        return by[np.where(first, 0, prev - (nseg - seg) * n)]
-
-    j = earlier_least(1)
-    cand = ~first & (C[j, 1] <= C[:, 1])
-    dominated = cand & np.all(C[j][:, 2:] <= C[:, 2:], axis=1)
-    keep[dominated] = False
-    unsure = np.flatnonzero(cand & ~dominated)
-    # the earlier rows least in each other column decide most of the rest; a row below every
-    # earlier row of its key in some column is dominated by none
-    for col in range(2, C.shape[1]):
-        if not len(unsure):
-            break
-        jc = earlier_least(col)[unsure]
-        dom = np.all(C[jc, 1:] <= C[unsure, 1:], axis=1)
-        keep[unsure[dom]] = False
-        free = C[unsure, col] < C[jc, col]
-        unsure = unsure[~dom & ~free]
-    if len(unsure):
-        seg_start = starts[seg]
-        for n_done, i in enumerate(unsure):
-            if deadline is not None and n_done % 256 == 255 and time.perf_counter() > deadline:
-                raise _Timeout
-            s0 = seg_start[i]
-            block = C[s0:i][keep[s0:i]]        # dominance is transitive: kept rows suffice
-            if np.any(np.all(block[:, 1:] <= C[i, 1:], axis=1)):
-                keep[i] = False
+    ends = np.r_[starts[1:], n]
+    C = np.ascontiguousarray(C, dtype=np.int64)
+    chunk = np.searchsorted(starts, np.arange(0, n, PARETO_CHUNK_ROWS))    # first key of each chunk
+    bounds = np.r_[np.unique(chunk), len(starts)]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        if deadline is not None and time.perf_counter() > deadline:
+            raise _Timeout
+        pareto_segments(C, starts[lo:hi], ends[lo:hi], top_k, keep)
     return keep

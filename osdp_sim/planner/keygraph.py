@@ -133,14 +133,14 @@ class KeyGraph:
             sizes = np.array([len(t[0]) for t in tabs])
             starts = np.r_[0, np.cumsum(sizes)[:-1]]
             ds = np.concatenate([t[2] for t in tabs])
-            nk = self._rows(g + 1, np.concatenate([t[1] for t in tabs]))
+            nk = self.rows_of(g + 1, np.concatenate([t[1] for t in tabs]))
             tau = (pb.m * ds[:, 0] + ds[:, 1]).astype(float)
             s = ds[:, 2].astype(float)
             H = np.minimum.reduceat(tau[:, None] + s[:, None] * lams[None, :] + self.H[g + 1][nk], starts, axis=0)
             M = np.minimum.reduceat(s + self.M[g + 1][nk], starts)
             self.H[g], self.M[g] = np.vstack([H, inf_row]), np.r_[M, np.inf]
 
-    def _rows(self, g: int, K: np.ndarray) -> np.ndarray:
+    def rows_of(self, g: int, K: np.ndarray) -> np.ndarray:
         """Rows of keys K at level g; len(level) (the inf row) for keys not kept there."""
         ks = self.levels[g]
         i = np.searchsorted(ks, K)
@@ -155,13 +155,3 @@ class KeyGraph:
     def covers(self, pq_max: float, thr_q: float) -> bool:
         """Valid for a run with this limit and threshold (both no larger than the graph's)."""
         return pq_max <= self.pq_max and thr_q <= self.thr_q
-
-    def bounds(self, g: int, K: np.ndarray, U: np.ndarray, pq_max: float) -> tuple[np.ndarray, np.ndarray]:
-        """(least remaining time, least remaining S) for labels with keys K and largest events U
-        waiting for decision g (before the fixed-point margins); inf at dropped nodes."""
-        rows = self._rows(g, K)
-        M = self.M[g][rows]
-        if not np.isfinite(pq_max):
-            return self.H[g][rows, 0], M
-        budget = np.maximum(pq_max - U.astype(float), 0.0)
-        return np.max(self.H[g][rows] - budget[:, None] * self.lams[None, :], axis=1), M

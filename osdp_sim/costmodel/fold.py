@@ -1,0 +1,282 @@
+"""The compiled backward fold of costmodel/fast.py: a stage's compute tasks run one after another
+against the communication queue, compiled with numba (osdp_sim/jit.py: when it compiles and
+where the code is cached).
+
+Layouts (float64 rows, so a stage crosses into compiled code once):
+  queue  (n, 6): remaining, alloc_at_start, free_at_end, alloc_at_end, work, started (0/1)
+  items  (m, 5): work, alloc_at_start, free_at_end, alloc_at_end, ready_at_end (0/1)
+  tasks_f (t, 5): compute work, delta at its end, up to three deltas at its start (0: none)
+  tasks_i (t, 3): its new items items[begin:end], the barrier (index into them, -1: none)
+"""
+
+import numpy as np
+
+from osdp_sim.costmodel.fast import TIME_Q
+from osdp_sim.jit import compiled
+
+QCOLS = 6
+ICOLS = 5
+_NO_QUEUE = np.empty((0, QCOLS))
+
+
+def queue_array(queue: tuple) -> np.ndarray:
+    return np.array(queue, dtype=np.float64) if queue else _NO_QUEUE
+
+
+def queue_tuple(rows: np.ndarray) -> tuple:
+    """A key's queue (fast.py): started is 0.0/1.0 where the tuples had False/True, which compare
+    and hash the same."""
+    return tuple(map(tuple, rows.tolist()))
+
+
+def pack(tasks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Compute tasks (c, start_deltas, end_delta, new_items, barrier) as run_tasks's arrays."""
+    rows_f, rows_i, items = [], [], []
+    for c, start, end, new, barrier in tasks:
+        if len(start) > 3 or (barrier is not None and barrier < 0):
+            raise ValueError("a compute task has at most three start deltas and a barrier >= 0")
+        rows_f.append((c, end, *start, *_PAD[len(start)]))
+        rows_i.append((len(items), len(items) + len(new), -1 if barrier is None else barrier))
+        items.extend(new)
+    return (np.array(rows_f, dtype=np.float64), np.array(rows_i, dtype=np.int64),
+            np.array(items, dtype=np.float64) if items else _NO_ITEMS)
+
+
+_PAD = ((0.0, 0.0, 0.0), (0.0, 0.0), (0.0,), ())
+_NO_ITEMS = np.empty((0, ICOLS))
+
+
+@compiled
+def _compute_task(c, tf, items, ib, ie, bar_rel, queue, nq, s, out, ev_t, ev_o, ev_k, ev_d):
+    """One compute task of work c from time 0 (fast.run_compute's rules). The queue and its new
+    items are read as one sequence A = queue[:nq] + items[ib:ie]; the queue left is written to
+    `out`. Returns (duration, max live-byte offset, net offset, rows written to out)."""
+    n = nq + (ie - ib)
+    bar = -1 if bar_rel < 0 else nq + bar_rel
+    ne = 0
+    for j in range(2, 5):                     # the start deltas, in their order
+        d = tf[j]
+        if d != 0.0:
+            ev_t[ne] = 0.0
+            ev_o[ne] = 0
+            ev_k[ne] = 1 if d > 0 else 0
+            ev_d[ne] = d
+            ne += 1
+    end_delta = tf[1]
+    now = 0.0
+    crem = c
+    k = 0
+    active = False
+    rem = 0.0
+    work = 0.0
+    fe = 0.0
+    ae = 0.0
+    a0 = 0.0
+    started = False
+    rate = 1.0 / s
+    while True:
+        while not active and k < n:
+            if k < nq:
+                rem = queue[k, 0]
+                a0 = queue[k, 1]
+                fe = queue[k, 2]
+                ae = queue[k, 3]
+                work = queue[k, 4]
+                started = queue[k, 5] != 0.0
+            else:
+                r = ib + k - nq
+                work = items[r, 0]
+                a0 = items[r, 1]
+                fe = items[r, 2]
+                ae = items[r, 3]
+                if items[r, 4] != 0.0:
+                    break
+                rem = work
+                started = False
+            if not started:
+                if a0 != 0.0:
+                    ev_t[ne] = now
+                    ev_o[ne] = 0
+                    ev_k[ne] = 1
+                    ev_d[ne] = a0
+                    ne += 1
+                if work <= 0:
+                    if fe != 0.0:
+                        ev_t[ne] = now
+                        ev_o[ne] = 1
+                        ev_k[ne] = 0
+                        ev_d[ne] = -fe
+                        ne += 1
+                    if ae != 0.0:
+                        ev_t[ne] = now
+                        ev_o[ne] = 1
+                        ev_k[ne] = 1
+                        ev_d[ne] = ae
+                        ne += 1
+                    k += 1
+                    continue
+            active = True
+        if not active:
+            now += crem
+            crem = 0.0
+        else:
+            step = (crem if crem <= rem else rem) / rate
+            now += step
+            crem -= step * rate
+            rem -= step * rate
+        cdone = crem <= 1e-15 * (c if c > 1.0 else 1.0)
+        if cdone and end_delta != 0.0:
+            ev_t[ne] = now
+            ev_o[ne] = 0
+            ev_k[ne] = 1 if end_delta > 0 else 0
+            ev_d[ne] = end_delta
+            ne += 1
+        if active and rem <= 1e-15 * (work if work > 1.0 else 1.0):
+            if fe != 0.0:
+                ev_t[ne] = now
+                ev_o[ne] = 0
+                ev_k[ne] = 0
+                ev_d[ne] = -fe
+                ne += 1
+            if ae != 0.0:
+                ev_t[ne] = now
+                ev_o[ne] = 0
+                ev_k[ne] = 1
+                ev_d[ne] = ae
+                ne += 1
+            active = False
+            k += 1
+        if cdone:
+            break
+    if bar >= k:                              # the next task waits: items up to the barrier run alone
+        z = bar
+        while z >= k and (queue[z, 4] if z < nq else items[ib + z - nq, 0]) <= 0:
+            z -= 1
+        while k <= z:
+            if active:
+                active = False
+                started = True
+            elif k < nq:
+                rem = queue[k, 0]
+                a0 = queue[k, 1]
+                fe = queue[k, 2]
+                ae = queue[k, 3]
+                work = queue[k, 4]
+                started = queue[k, 5] != 0.0
+            else:
+                r = ib + k - nq
+                work = items[r, 0]
+                a0 = items[r, 1]
+                fe = items[r, 2]
+                ae = items[r, 3]
+                rem = work
+                started = False
+            if not started and a0 != 0.0:
+                ev_t[ne] = now
+                ev_o[ne] = 0
+                ev_k[ne] = 1
+                ev_d[ne] = a0
+                ne += 1
+            o = 0
+            if started or work > 0:
+                now += rem
+            else:
+                o = 1
+            if fe != 0.0:
+                ev_t[ne] = now
+                ev_o[ne] = o
+                ev_k[ne] = 0
+                ev_d[ne] = -fe
+                ne += 1
+            if ae != 0.0:
+                ev_t[ne] = now
+                ev_o[ne] = o
+                ev_k[ne] = 1
+                ev_d[ne] = ae
+                ne += 1
+            k += 1
+    # events in (time, after, kind, insertion) order: a stable insertion sort on the first three
+    for i in range(1, ne):
+        t, o, kk, d = ev_t[i], ev_o[i], ev_k[i], ev_d[i]
+        j = i - 1
+        while j >= 0 and (ev_t[j] > t or (ev_t[j] == t and (ev_o[j] > o or (ev_o[j] == o and ev_k[j] > kk)))):
+            ev_t[j + 1] = ev_t[j]
+            ev_o[j + 1] = ev_o[j]
+            ev_k[j + 1] = ev_k[j]
+            ev_d[j + 1] = ev_d[j]
+            j -= 1
+        ev_t[j + 1] = t
+        ev_o[j + 1] = o
+        ev_k[j + 1] = kk
+        ev_d[j + 1] = d
+    live = 0.0
+    top = -np.inf
+    for i in range(ne):
+        live += ev_d[i]
+        if live > top:
+            top = live
+    w = 0
+    j = k
+    if active:
+        out[0, 0] = np.rint(rem / TIME_Q) * TIME_Q
+        out[0, 1] = 0.0
+        out[0, 2] = fe
+        out[0, 3] = ae
+        out[0, 4] = work
+        out[0, 5] = 1.0
+        w = 1
+        j += 1
+    while j < n:
+        if j < nq:
+            for col in range(QCOLS):
+                out[w, col] = queue[j, col]
+        else:
+            r = ib + j - nq
+            out[w, 0] = items[r, 0]
+            out[w, 1] = items[r, 1]
+            out[w, 2] = items[r, 2]
+            out[w, 3] = items[r, 3]
+            out[w, 4] = items[r, 0]
+            out[w, 5] = 0.0
+        w += 1
+        j += 1
+    return now, top, live, w
+
+
+@compiled
+def run_tasks(queue, tasks_f, tasks_i, items, s, dt0, y0, split):
+    """The compute tasks of a stage in order. dt0, y0: the stage's time and live-byte offset before
+    them. Returns (time, live-byte offset after them, max of the events of tasks[:split], the
+    offset after task split-1 and the max of the events of tasks[split:] (-inf where there are
+    none, and the offset when split is the number of tasks), the queue left)."""
+    nt = tasks_f.shape[0]
+    cap = queue.shape[0] + items.shape[0] + 1
+    buf_a = np.empty((cap, QCOLS))
+    buf_a[:queue.shape[0]] = queue
+    buf_b = np.empty((cap, QCOLS))
+    ne_max = 3 + 3 * cap + 1
+    ev_t = np.empty(ne_max)
+    ev_o = np.empty(ne_max, dtype=np.int64)
+    ev_k = np.empty(ne_max, dtype=np.int64)
+    ev_d = np.empty(ne_max)
+    nq = queue.shape[0]
+    dt = dt0
+    y = y0
+    o_y = -np.inf
+    o_m1 = -np.inf
+    o_m2 = -np.inf
+    for t in range(nt):
+        dur, top, net, nq = _compute_task(tasks_f[t, 0], tasks_f[t], items, tasks_i[t, 0], tasks_i[t, 1],
+                                          tasks_i[t, 2], buf_a, nq, s, buf_b, ev_t, ev_o, ev_k, ev_d)
+        buf_a, buf_b = buf_b, buf_a
+        top_abs = y + top
+        y += net
+        dt += dur
+        if t < split:
+            if top_abs > o_y:
+                o_y = top_abs
+            if t == split - 1 and split < nt:
+                o_m1 = y
+        elif top_abs > o_m2:
+            o_m2 = top_abs
+    return dt, y, o_y, o_m1, o_m2, buf_a[:nq].copy()
