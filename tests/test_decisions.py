@@ -291,3 +291,17 @@ def test_failed_runs_are_recorded_and_left_out(tmp_path):
     assert case["measured_plans"] == 0 and case["search_loss"] is None and case["complete"]
     assert "| tiny-100 | before |" in r.stdout
     assert "| before | first | 0 | 0 | 0 | - |" in r.stdout          # nothing measured: no case to count
+
+
+def test_the_noise_figures_are_computed_from_the_repeats():
+    def m(v):
+        return d.PlanMeasurement("ok", 0.0, len(v), len(v), 0.0, 3, tuple(v))
+    # A: mean 10, sd sqrt(16/5), cv 0.17889; B: mean 21, sd sqrt(6/5), cv 0.05216 -> median 0.11553
+    # shifts: A 10 / 10 - 1 = 0, B 22 / 20 - 1 = 0.1 -> median 0.05
+    n = d.noise_of({"a": m((10, 12, 8, 10, 12, 8)), "b": m((20, 20, 20, 22, 22, 22)),
+                    "c": d.PlanMeasurement("ok", 1.0, 3, 3, 1.0, 3, (1, 1, 1))}, 3, 6)   # c: no second round
+    assert n.plans == 2
+    assert n.repeat_cv == pytest.approx((0.178885 + 0.052164) / 2, rel=1e-4)
+    assert n.round_shift == pytest.approx(0.05)
+    assert n.difference_se == pytest.approx(2 ** 0.5 * 1.2533 * n.repeat_cv / 6 ** 0.5)
+    assert d.noise_of({"c": d.PlanMeasurement("ok", 1.0, 3, 3, 1.0, 3, (1, 1, 1))}, 3, 6) is None

@@ -105,7 +105,8 @@ def main(argv=None) -> int:
                 f"**Not complete:** {len(done)} of {len(cfg.cases)} cases fully measured ({recorded} of "
                 f"{len(jobs)} runs recorded); rows marked (partial) are provisional and the summary counts "
                 "complete cases only. Run the command above on an idle machine to finish.")
-    section = rep.format_section(cfg, figs, summ, command, note)
+    noise = d.noise_of(meas, cfg.repeats, cfg.repeats + cfg.confirm_repeats) if cfg.confirm_repeats else None
+    section = rep.format_section(cfg, figs, summ, command, note, noise)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(cfg.out_dir / "decisions.json", rep.results_json(figs, summ))
     (cfg.out_dir / "report.md").write_text(rep.format_details(refs, meas))

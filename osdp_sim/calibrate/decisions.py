@@ -399,6 +399,8 @@ class PlanMeasurement:
     """The same median over the first round's repeats alone."""
     first_recorded: int = 0
     """First-round repeats recorded."""
+    repeats_samples_per_s: tuple[float, ...] = ()
+    """Every ok repeat's samples/s, in repeat order (the first round's first)."""
 
 
 def measure(jobs: dict, repeats: int) -> dict[str, PlanMeasurement]:
@@ -425,15 +427,42 @@ def measure(jobs: dict, repeats: int) -> dict[str, PlanMeasurement]:
                 if r < repeats:
                     first.append(v)
         out[k] = PlanMeasurement("ok" if sps else last, statistics.median(sps) if sps else None, len(sps), n,
-                                 statistics.median(first) if first else None, n_first)
+                                 statistics.median(first) if first else None, n_first, tuple(sps))
     return out
 
 
 def first_round(meas: dict[str, PlanMeasurement]) -> dict[str, PlanMeasurement]:
     """The measurements as the first round alone gives them."""
     return {k: PlanMeasurement("ok" if m.first_samples_per_s else m.status, m.first_samples_per_s,
-                               m.repeats_ok, m.first_recorded, m.first_samples_per_s, m.first_recorded)
+                               m.repeats_ok, m.first_recorded, m.first_samples_per_s, m.first_recorded,
+                               m.repeats_samples_per_s)
             for k, m in meas.items()}
+
+
+@dataclass(frozen=True)
+class Noise:
+    """How well the measurements can tell plans apart (the contenders, measured in both rounds)."""
+
+    plans: int
+    """Plans with every repeat of both rounds ok."""
+    repeat_cv: float
+    """Median over those plans of the coefficient of variation between their repeats."""
+    round_shift: float
+    """Median over those plans of (second round's median / first round's) - 1: the machine's drift
+    between the rounds (they may be sessions apart; within a round the plans are interleaved)."""
+    difference_se: float
+    """Standard error of the difference of two plans' medians at that spread and that many repeats
+    (median SE ~ 1.2533 sigma / sqrt(n), the difference sqrt(2) x that), as a fraction."""
+
+
+def noise_of(meas: dict[str, PlanMeasurement], repeats: int, total: int) -> Noise | None:
+    full = [m.repeats_samples_per_s for m in meas.values()
+            if m.repeats_recorded == total and len(m.repeats_samples_per_s) == total and total > repeats]
+    if len(full) < 2:
+        return None
+    cv = statistics.median(statistics.stdev(v) / statistics.fmean(v) for v in full)
+    shift = statistics.median(statistics.median(v[repeats:]) / statistics.median(v[:repeats]) - 1 for v in full)
+    return Noise(len(full), cv, shift, 2 ** 0.5 * 1.2533 * cv / total ** 0.5)
 
 
 # ---------------------------------------------------------------- figures

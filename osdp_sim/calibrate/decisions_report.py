@@ -14,7 +14,7 @@ def _pct(v: float | None, signed: bool = True) -> str:
 
 
 def format_section(cfg: DecisionsConfig, figs: list[DecisionFigures], summary: list[DecisionSummary],
-                   command: str, note: str = "") -> str:
+                   command: str, note: str = "", noise=None) -> str:
     lines = [SECTION, "",
              "How often the search's pick and the tune's pick are the fastest plan measured (issue 15). Per "
              "(model, memory limit) case a **reference set** is run for real: the union over the "
@@ -83,6 +83,16 @@ def format_section(cfg: DecisionsConfig, figs: list[DecisionFigures], summary: l
                      f"{_pct(s.tune_worst_loss, False)} | "
                      + ("-" if s.mean_gain_error_points is None else f"{s.mean_gain_error_points:.1f} pts")
                      + f" | {s.gains_within_5_points} |")
+    if noise is not None:
+        lines += ["", f"**What the measurements can resolve.** Over the {noise.plans} contenders measured "
+                  f"{cfg.repeats + cfg.confirm_repeats} times, one plan's repeats differ by "
+                  f"{noise.repeat_cv:.1%} (median coefficient of variation), and the second round's medians "
+                  f"sit {noise.round_shift:+.1%} from the first's (the machine between the rounds; within a "
+                  "round the plans are interleaved, so the drift touches them alike). At that spread the "
+                  f"difference of two plans' medians of {cfg.repeats + cfg.confirm_repeats} carries a standard "
+                  f"error of about {noise.difference_se:.1%}: a loss below about twice that "
+                  f"({2 * noise.difference_se:.1%}) is not told apart from zero, and the {WITHIN:.0%} targets "
+                  "lie below what these runs resolve. (osdp_sim/calibrate/decisions.py `noise_of`.)"]
     lines.append("")
     import textwrap
     return "\n".join(textwrap.fill(l, 100, break_on_hyphens=False, break_long_words=False)
