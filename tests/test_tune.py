@@ -19,7 +19,7 @@ from osdp_sim.planner.space import SearchSpace                         # noqa: E
 
 ROOT = Path(__file__).resolve().parents[1]
 HW = str(ROOT / "hwprofiles" / "cpu-2core-calibrated.yaml")
-ARGS = ["--hw", HW, "--model", "gpt2-tiny", "--mem-limit", "80MiB", "--candidates", "1",
+ARGS = ["--hw", HW, "--model", "gpt2-tiny", "--mem-limit", "80MiB", "--candidates", "1", "--near", "0",
         "--baselines", "1", "--warmup", "1", "--iters", "2", "--refit-starts", "1", "--time-limit", "400", "--confirm", "0"]
 
 
@@ -30,12 +30,17 @@ def _tune(out: Path, *extra, env=None):
 
 def test_candidates_are_the_pick_other_micro_batches_and_distinct_baselines():
     spec, hw = load_model("gpt2-tiny"), load_profile(HW)
-    cands = choose_candidates(spec, hw, 80 * 2**20, SearchSpace(micro_batches=(1, 2, 3, 4)), k=3, baselines=2)
+    cands = choose_candidates(spec, hw, 80 * 2**20, SearchSpace(micro_batches=(1, 2, 3, 4)), k=3, baselines=2,
+                              near=2)
     labels = [c.label for c in cands]
-    assert labels[0] == "search pick"
+    assert labels[:3] == ["search pick", "search top 2", "search top 3"]
     assert sum(l.startswith("best at micro-batch") for l in labels) == 2
-    assert len(labels) == 5 and len({json.dumps(c.plan.choices, default=str) + str(c.plan.micro_batch)
-                                     + str(c.plan.checkpoint) for c in cands}) == 5
+    assert len(labels) == 7 and len({json.dumps(c.plan.choices, default=str) + str(c.plan.micro_batch)
+                                     + str(c.plan.checkpoint) for c in cands}) == 7
+    # the near-ties are distinct plans (not permutations of the pick's blocks), no faster than the pick
+    from osdp_sim.calibrate.decisions import plan_signature
+    assert len({plan_signature(c.plan) for c in cands[:3]}) == 3
+    assert cands[1].predicted_samples_per_s >= cands[2].predicted_samples_per_s
     mbs = [c.plan.micro_batch for c in cands if c.label.startswith("best at")]
     assert cands[0].plan.micro_batch not in mbs
     pick = cands[0].predicted_samples_per_s

@@ -212,8 +212,9 @@ def add_profile(cfg: DecisionsConfig, case: DecisionCase, ref: CaseReference, na
         found.update(per_block_baselines(spec, hw, case.mem_limit_bytes, space, per,
                                          deadline=time.perf_counter() + 3 * cfg.search_time_limit_s))
     base = {b.name: add(b.plan, f"{name}: {b.name}", b.samples_per_s) for b in found.values() if b.feasible}
+    # the tune's near-ties are the search's top distinct plans, already in the set (figures adds them)
     cands = choose_candidates(spec, hw, case.mem_limit_bytes, space, k=cfg.tune_candidates,
-                              baselines=cfg.tune_baselines, time_limit_s=cfg.search_time_limit_s)
+                              baselines=cfg.tune_baselines, near=0, time_limit_s=cfg.search_time_limit_s)
     tune = [(c.label, add(c.plan, f"{name}: tune {c.label}", c.predicted_samples_per_s)) for c in cands]
     ref.profiles[name] = ProfileChoices(pick, top_keys, base, tune, pred, sha)
     _say(log, f"decisions: {case.name} under {name}: search pick {describe(res.plan)}, "
@@ -357,7 +358,7 @@ def contenders(cfg: DecisionsConfig, ref: CaseReference, first: dict[str, "PlanM
     for ch in ref.profiles.values():
         if ch.search_pick in ok:
             keep.add(ch.search_pick)
-        tuned = [k for _label, k in ch.tune if k in ok]
+        tuned = [k for _label, k in ch.tune if k in ok] + [k for k in ch.top[1:1 + cfg.tune_near] if k in ok]
         if tuned:
             top = max(ok[k] for k in tuned)
             keep.update(k for k in tuned if ok[k] >= near * top)
@@ -513,9 +514,10 @@ class DecisionFigures:
 
 
 def figures(ref: CaseReference, meas: dict[str, PlanMeasurement], expected: dict[str, int],
-            round_name: str = "first") -> list[DecisionFigures]:
+            round_name: str = "first", tune_near: int = 0) -> list[DecisionFigures]:
     """Each profile's figures in this case. expected: plan key -> the repeats it is due (the first
-    round's, plus the confirmation's for a contender)."""
+    round's, plus the confirmation's for a contender). tune_near: the tune's candidates include the
+    search's next tune_near distinct plans (tune --near; the set's top-N holds them)."""
     ok = {k: m.samples_per_s for k, m in meas.items() if k in ref.plans and m.status == "ok"}
     complete = all(meas.get(k) is not None and meas[k].repeats_recorded >= expected.get(k, 0) for k in ref.plans)
     best_k = max(ok, key=ok.get) if ok else None
@@ -527,7 +529,8 @@ def figures(ref: CaseReference, meas: dict[str, PlanMeasurement], expected: dict
         pred = c.predicted_samples_per_s
         pred_base = max((pred[k] for k in c.baselines.values()), default=None)
         pick_sps = ok.get(c.search_pick)
-        tune_ok = [(lab, k) for lab, k in c.tune if k in ok]
+        near = [(f"search top {i + 1}", k) for i, k in enumerate(c.top[1:1 + tune_near], 1)]
+        tune_ok = [(lab, k) for lab, k in c.tune + near if k in ok]
         tune_lab, tune_k = max(tune_ok, key=lambda t: ok[t[1]]) if tune_ok else (None, None)
         out.append(DecisionFigures(
             case=ref.case, profile=name, round=round_name, complete=complete,
@@ -598,7 +601,7 @@ def all_figures(cfg: DecisionsConfig, refs: list[CaseReference], jobs: dict) -> 
     first = first_round(meas)
     figs = []
     for ref in refs:
-        figs += figures(ref, first, first_expected, "first")
+        figs += figures(ref, first, first_expected, "first", cfg.tune_near)
         if cfg.confirm_repeats:
-            figs += figures(ref, meas, expected, "confirmed")
+            figs += figures(ref, meas, expected, "confirmed", cfg.tune_near)
     return figs, meas

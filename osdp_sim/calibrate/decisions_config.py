@@ -67,6 +67,9 @@ class DecisionsConfig:
     """tune --candidates K of the tune pick."""
     tune_baselines: int = 2
     """tune --baselines B of the tune pick."""
+    tune_near: int = 0
+    """tune --near N of the tune pick: the search's next N distinct plans (at most top_n - 1: the
+    set's top-N holds them)."""
     time_limit_s: float = 2400.0
     run_timeout_s: float = 300.0
     search_time_limit_s: float = 30.0
@@ -109,8 +112,8 @@ def load_config(path: str) -> DecisionsConfig:
     if isinstance(within, bool) or not isinstance(within, (int, float)) or not 0 < within < 1:
         fail("confirm.within", f"expected a fraction between 0 and 1, got {within!r}")
     tune = data.get("tune") or {}
-    if not isinstance(tune, dict) or set(tune) - {"candidates", "baselines"}:
-        fail("tune", "expected {candidates: K, baselines: B}")
+    if not isinstance(tune, dict) or set(tune) - {"candidates", "baselines", "near"}:
+        fail("tune", "expected {candidates: K, baselines: B, near: N}")
     from osdp_sim.units import parse_bytes
     cases, names = [], set()
     if not isinstance(data["cases"], list) or not data["cases"]:
@@ -164,6 +167,9 @@ def load_config(path: str) -> DecisionsConfig:
     bases = data.get("baselines", list(BASELINES))
     if not isinstance(bases, list) or not bases or any(b not in BASELINES for b in bases):
         fail("baselines", f"expected a non-empty list of {', '.join(BASELINES)}, got {bases!r}")
+    near, top_n = tune.get("near", 0), data.get("top_n", 6)
+    if _whole(near, 0) and _whole(top_n, 1) and near > top_n - 1:
+        fail("tune.near", f"the tune's {near} near-ties must be among the set's top {top_n} (near <= top_n - 1)")
     precision = data.get("precision", "bf16")
     if precision not in ("fp32", "bf16"):
         fail("precision", f"expected fp32 or bf16, got {precision!r}")
@@ -174,6 +180,7 @@ def load_config(path: str) -> DecisionsConfig:
         threads=count("threads", 1), top_n=count("top_n", 6),
         tune_candidates=count("candidates", 3, src=tune, where="tune."),
         tune_baselines=count("baselines", 2, lo=0, src=tune, where="tune."),
+        tune_near=count("near", 0, lo=0, src=tune, where="tune."),
         time_limit_s=seconds("time_limit_s", 2400), run_timeout_s=seconds("run_timeout_s", 300),
         search_time_limit_s=seconds("search_time_limit_s", 30), precision=precision,
         run_seconds={str(k): float(v) for k, v in run_s.items()}, baselines=tuple(bases),

@@ -43,7 +43,9 @@ def format_section(cfg: DecisionsConfig, figs: list[DecisionFigures], summary: l
              "samples/s over the best baseline's predicted by the same profile, minus 1; *measured gain* "
              "= its measured samples/s over the best measured baseline, minus 1; *loss* = 1 - measured "
              "/ measured best. The *tune pick* is the tune procedure on these measurements: that "
-             "profile's tune candidates, the measured fastest of them. Targets (issue 15): tune pick "
+             f"profile's tune candidates (choose_candidates, with the search's next {cfg.tune_near} distinct "
+             "plans, `tune --near`, read from the set's top-N), the measured fastest of them. Targets "
+             "(issue 15): tune pick "
              f"within {WITHIN:.0%} of the measured best in every case; search pick within {WITHIN:.0%} in "
              "at least 7 of 8 after the model fix; predicted gain within 5 points of the measured one.",
              "", "Regenerate (runs only what is not recorded; `--report-only` rebuilds this section from "

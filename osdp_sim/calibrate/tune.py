@@ -4,11 +4,10 @@ records kept, failures recorded, resumable), the measured fastest is the answer,
 is refitted on these runs together with the records it was calibrated on.
 
 What the candidates differ in is what the time model is least sure of (docs/tune.md): the
-micro-batch (GEMM efficiency and per-kernel costs by batch), the amount of recomputation, and
-the strategy mix (the baselines: one strategy everywhere, checkpointing all-or-none or per block).
-Near-identical permutations of the pick's blocks are not candidates: the model ranks those
-within its noise anyway.
-"""
+micro-batch (GEMM efficiency and per-kernel costs by batch), the amount of recomputation, the
+strategy mix (the baselines: one strategy everywhere, checkpointing all-or-none or per block) and
+which groups are sharded (the search's next-best distinct plans). Permutations of the pick's
+blocks are not candidates."""
 
 import json
 import statistics
@@ -99,10 +98,13 @@ class TuneResult:
 # ---------------------------------------------------------------- candidates
 
 def choose_candidates(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, *,
-                      k: int = 3, baselines: int = 2, time_limit_s: float | None = 60.0) -> list[Candidate]:
-    """The search's pick, the best plan at each of the k - 1 other micro-batches predicted
-    fastest, and the `baselines` fastest distinct baselines (uniform strategies, checkpointing
-    all-or-none or per block). Duplicates (the same plan reached twice) are listed once."""
+                      k: int = 3, baselines: int = 2, near: int = 2,
+                      time_limit_s: float | None = 60.0) -> list[Candidate]:
+    """The search's pick, its `near` next-best distinct plans (they differ from the pick in the
+    multiset of per-block choices, the root or the checkpointing: calibrate/decisions.py
+    plan_signature), the best plan at each of the k - 1 other micro-batches predicted fastest,
+    and the `baselines` fastest distinct baselines (uniform strategies, checkpointing all-or-none
+    or per block). Duplicates (the same plan reached twice) are listed once."""
     from osdp_sim.planner.baselines import per_block_baselines, uniform_baselines
     from osdp_sim.planner.bnb import search
     t0 = time.perf_counter()
@@ -112,12 +114,18 @@ def choose_candidates(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: flo
             return None
         return max(1.0, (time_limit_s - (time.perf_counter() - t0)) * share)
 
-    res = search(spec, hw, mem_limit_bytes, space, time_limit_s=left(0.5))
+    if near > 0:
+        from osdp_sim.calibrate.decisions import top_distinct
+        res, top = top_distinct(spec, hw, mem_limit_bytes, space, 1 + near, time_limit_s=left(0.5))
+    else:
+        res, top = search(spec, hw, mem_limit_bytes, space, time_limit_s=left(0.5)), []
     if res.plan is None:
         from osdp_sim.units import format_bytes
         raise UserError(f"no plan fits {format_bytes(mem_limit_bytes)} per device ({res.status}); "
                         "run osdp-sim search for the least memory a plan needs", field="--mem-limit")
     out = [Candidate("search pick", res.plan, res.prediction.samples_per_s, res.prediction.peak_memory_bytes)]
+    out += [Candidate(f"search top {i + 1}", p, e.samples_per_s, e.peak_memory_bytes)
+            for i, (p, e) in enumerate(top) if i > 0]
     if k > 1:
         others = []
         for mb in _other_micro_batches(space, res.plan.micro_batch):
@@ -137,7 +145,7 @@ def choose_candidates(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: flo
         key = json.dumps(plan_to_dict(c.plan), sort_keys=True)
         if key in seen:
             continue
-        is_base = c.label != "search pick" and not c.label.startswith("best at")
+        is_base = not c.label.startswith(("search ", "best at"))
         if is_base and n_base >= baselines:
             continue
         n_base += is_base
@@ -273,7 +281,7 @@ relative error) says so: the earlier records then describe another state of the 
 
 
 def tune(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, settings: RunSettings, *,
-         k: int = 3, baselines: int = 2, refit: bool = True, refit_starts: int = 2,
+         k: int = 3, baselines: int = 2, near: int = 2, refit: bool = True, refit_starts: int = 2,
          refit_on: str = "all", time_limit_s: float | None = 1800.0, log=sys.stderr) -> TuneResult:
     """choose_candidates, run each `settings.repeats` times, run the contenders (those within
     settings.confirm_within of the fastest) settings.confirm more times, rank by measurement
@@ -292,12 +300,12 @@ def tune(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, se
     out_dir = settings.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     key = {"model": spec.name, "seq_len": spec.seq_len, "hardware": hw.name,
-           "mem_limit_bytes": mem_limit_bytes, "k": k, "baselines": baselines}
+           "mem_limit_bytes": mem_limit_bytes, "k": k, "baselines": baselines, "near": near}
     cands = _load_candidates(out_dir / "candidates.json", key, spec)
     if cands is None:
         choose_s = None if time_limit_s is None else min(60.0, 0.1 * time_limit_s)
-        _say(log, f"tune: choosing candidates (search, other micro-batches, baselines) ...")
-        cands = choose_candidates(spec, hw, mem_limit_bytes, space, k=k, baselines=baselines,
+        _say(log, f"tune: choosing candidates (search, its near-ties, other micro-batches, baselines) ...")
+        cands = choose_candidates(spec, hw, mem_limit_bytes, space, k=k, baselines=baselines, near=near,
                                   time_limit_s=choose_s)
         write_json_atomic(out_dir / "candidates.json", {
             "key": key, "candidates": [{"label": c.label, "plan": plan_to_dict(c.plan),
@@ -386,7 +394,10 @@ def _load_candidates(path: Path, key: dict, spec: ModelSpec) -> list[Candidate] 
         return None
     from osdp_sim.fileio import read_json
     data = read_json(path, "candidates")
-    if not isinstance(data, dict) or data.get("key") != key:
+    stored = data.get("key") if isinstance(data, dict) else None
+    if isinstance(stored, dict) and "near" not in stored:
+        stored = {**stored, "near": 0}          # written before tunes ran the search's near-ties
+    if stored != key:
         raise UserError("made by a tune of another model, profile or limit; use another --out folder "
                         "or delete the file", source=str(path), field="key")
     try:

@@ -23,6 +23,9 @@ def add_arguments(p) -> None:
     p.add_argument("--candidates", type=positive_int, default=3, metavar="K",
                    help="the search's pick and the best plans at the K-1 other micro-batches predicted "
                         "fastest (default 3)")
+    p.add_argument("--near", type=nonneg_int, default=2, metavar="N",
+                   help="also the search's N next-best distinct plans at the pick's settings (near-ties the "
+                        "model ranks within its error; default 2)")
     p.add_argument("--baselines", type=nonneg_int, default=2, metavar="B",
                    help="also run the B fastest distinct uniform baselines, per-block checkpointing "
                         "included (default 2)")
@@ -74,7 +77,7 @@ def run(args) -> int:
                            warmup=args.warmup, iters=args.iters, repeats=args.repeats,
                            threads=args.threads, timeout_s=args.run_timeout, confirm=args.confirm,
                            confirm_within=args.confirm_within / 100.0)
-    res = tune(spec, hw, limit, space, settings, k=args.candidates, baselines=args.baselines,
+    res = tune(spec, hw, limit, space, settings, k=args.candidates, baselines=args.baselines, near=args.near,
                refit=not args.no_refit, refit_starts=args.refit_starts, refit_on=args.refit_on,
                time_limit_s=args.time_limit)
     written = write_outputs(res, out_dir, None if args.no_refit else profile_out)
