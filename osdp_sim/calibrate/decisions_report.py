@@ -150,9 +150,17 @@ def format_details(refs: list[CaseReference], meas: dict[str, PlanMeasurement]) 
 
 
 def results_json(figs: list[DecisionFigures], summary: list[DecisionSummary]) -> dict:
+    """`cases` and `summary` of the primary round (the confirmed one when there is one), and the
+    first round's beside them under `first_round` when a confirmation ran (docs/json.md)."""
     from dataclasses import asdict
     from osdp_sim.jsonformat import stamped
-    return stamped("decisions", {"cases": [asdict(f) for f in figs], "summary": [asdict(s) for s in summary]})
+    primary = "confirmed" if any(f.round == "confirmed" for f in figs) else "first"
+    out = {"cases": [asdict(f) for f in figs if f.round == primary],
+           "summary": [asdict(s) for s in summary if s.round == primary]}
+    if primary == "confirmed":
+        out["first_round"] = {"cases": [asdict(f) for f in figs if f.round == "first"],
+                              "summary": [asdict(s) for s in summary if s.round == "first"]}
+    return stamped("decisions", out)
 
 
 def _num(v: float | None) -> str:
