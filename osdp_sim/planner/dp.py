@@ -26,7 +26,7 @@ from osdp_sim.costmodel.lowering import optimizer_temp_sums
 from osdp_sim.planner.bounds import Bounds
 from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
 from osdp_sim.planner.keystore import KeyStore
-from osdp_sim.planner.labels import NCOL, NDELTA, ZERO, update
+from osdp_sim.planner.labels import NCOL, NDELTA, ZERO, expand, padded, update
 from osdp_sim.planner.merged import MergedView, grid_for
 from osdp_sim.planner.problem import Problem
 
@@ -370,14 +370,7 @@ class Engine:
         umin = np.full(len(uk), np.iinfo(np.int64).max)
         np.minimum.at(tmin, inv, L[:, 0])
         np.minimum.at(umin, inv, L[:, 1])
-        kmax = max(len(t[0]) for t in tabs)
-        D = np.zeros((len(uk), kmax, NDELTA), dtype=np.int64)
-        NK = np.full((len(uk), kmax), -1, dtype=np.int64)
-        CODE = np.zeros((len(uk), kmax), dtype=np.int64)
-        for r, (codes, nks, ds) in enumerate(tabs):
-            D[r, :len(codes)] = ds
-            NK[r, :len(codes)] = nks
-            CODE[r, :len(codes)] = codes
+        D, NK, CODE = padded(tabs)
         g2 = g + 1
         if g2 < len(self.positions) and (np.isfinite(thr_q) or np.isfinite(pq_max)):
             rows, cols = np.nonzero(NK >= 0)
@@ -388,19 +381,10 @@ class Engine:
             lb, mem_lb = self.lower_bounds(g2, best, NK[rows, cols], pq_max, graph if view is None else None)
             bad = (lb >= thr_q) | (mem_lb > pq_max)
             NK[rows[bad], cols[bad]] = -1
-        Dl = D[inv]                                           # (n, kmax, NDELTA)
-        nkey = NK[inv]
-        sel = np.nonzero((nkey >= 0).ravel())[0]
-        n = len(L)
-        lab_i = sel // kmax
-        Dl = Dl.reshape(n * kmax, NDELTA)[sel]
         if deadline is not None and time.perf_counter() > deadline:
             raise _Timeout
-        C = update(L[lab_i], Dl, m, self.pm_sum)
-        CK = nkey.ravel()[sel]
-        CP = lab_i
-        CC = CODE[inv].ravel()[sel]
-        CM = view.advance(g, M[lab_i], sel % kmax) if view is not None else CK
+        C, CK, CP, CC, col = expand(L, inv, D, NK, CODE, m, self.pm_sum)
+        CM = view.advance(g, M[CP], col) if view is not None else CK
         stats.nodes += len(C)
         if g2 < len(self.positions) and len(C):
             lb, mem_lb = self.lower_bounds(g2, C, CK, pq_max, graph, CM)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from osdp_sim.planner.labels import update
+from osdp_sim.planner.labels import expand, padded
 from osdp_sim.planner.merged import MergedView
 
 N_LAMBDA = 24
@@ -103,10 +103,8 @@ class KeyGraph:
             if not tabs:                       # nothing left: no plan fits and beats thr_q
                 levels.append(K)
                 continue
-            sizes = np.array([len(t[0]) for t in tabs])
-            D = np.concatenate([t[2] for t in tabs])
-            NK = np.concatenate([t[1] for t in tabs])
-            C = update(np.repeat(L, sizes, axis=0), D, pb.m, engine.pm_sum)
+            D, NKT, CODE = padded(tabs)
+            C, NK, _p, _c, _j = expand(L, np.arange(len(L)), D, NKT, CODE, pb.m, engine.pm_sum)
             L, K = _merge_min(C, NK)
             if g + 1 < n:
                 lb, mem_lb = engine.lower_bounds(g + 1, L, K, pq_max)
