@@ -92,6 +92,7 @@ class KeyGraph:
         n = len(engine.positions)
         L, K = engine.start()
         sims_before = engine.stage_sims
+        from osdp_sim.planner.labelfold import graph_back
         levels, tabs_of = [K], []
         for g in range(n):
             tabs = []
@@ -128,15 +129,11 @@ class KeyGraph:
             if not tabs:
                 self.H[g], self.M[g] = inf_row.copy(), np.array([np.inf])
                 continue
-            sizes = np.array([len(t[0]) for t in tabs])
-            starts = np.r_[0, np.cumsum(sizes)[:-1]]
+            starts = np.r_[0, np.cumsum([len(t[0]) for t in tabs])].astype(np.int64)
             ds = np.concatenate([t[2] for t in tabs])
-            nk = self.rows_of(g + 1, np.concatenate([t[1] for t in tabs]))
-            tau = (pb.m * ds[:, 0] + ds[:, 1]).astype(float)
-            s = ds[:, 2].astype(float)
-            H = np.minimum.reduceat(tau[:, None] + s[:, None] * lams[None, :] + self.H[g + 1][nk], starts, axis=0)
-            M = np.minimum.reduceat(s + self.M[g + 1][nk], starts)
-            self.H[g], self.M[g] = np.vstack([H, inf_row]), np.r_[M, np.inf]
+            rows = self.rows_of(g + 1, np.concatenate([t[1] for t in tabs])).astype(np.int64)
+            self.H[g], self.M[g] = graph_back(ds, rows, starts, int(pb.m), np.asarray(lams, dtype=np.float64),
+                                              self.H[g + 1], self.M[g + 1])
 
     def rows_of(self, g: int, K: np.ndarray) -> np.ndarray:
         """Rows of keys K at level g; len(level) (the inf row) for keys not kept there."""

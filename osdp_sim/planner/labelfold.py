@@ -77,3 +77,28 @@ def expand(L, inv, D, NK, CODE, m, pm_sum):
                 COL[o] = j
                 o += 1
     return C, CK, CP, CC, COL
+
+
+@compiled
+def graph_back(ds, rows, starts, m, lams, H_next, M_next):
+    """One level of keygraph.py's backward pass: per key r (its entries e in starts[r]:starts[r + 1]
+    of ds (entries, NDELTA), rows[e] their row at the next level), H[r, l] = min_e (tau + s lams[l])
+    + H_next[rows[e], l] and M[r] = min_e s + M_next[rows[e]], tau = m dt + opt and s = S_N of the
+    entry. A last row of inf is appended to both (keys not kept)."""
+    nk = starts.shape[0] - 1
+    nl = lams.shape[0]
+    H = np.full((nk + 1, nl), np.inf)
+    M = np.full(nk + 1, np.inf)
+    for r in range(nk):
+        for e in range(starts[r], starts[r + 1]):
+            q = rows[e]
+            tau = float(m * ds[e, 0] + ds[e, 1])
+            s = float(ds[e, 2])
+            for l in range(nl):
+                h = (tau + s * lams[l]) + H_next[q, l]
+                if h < H[r, l]:
+                    H[r, l] = h
+            v = s + M_next[q]
+            if v < M[r]:
+                M[r] = v
+    return H, M
