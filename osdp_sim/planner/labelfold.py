@@ -102,3 +102,29 @@ def graph_back(ds, rows, starts, m, lams, H_next, M_next):
             if v < M[r]:
                 M[r] = v
     return H, M
+
+
+@compiled
+def min_by_key(C, CK, order):
+    """Per distinct key of CK (order: an argsort of CK), the componentwise least row of C:
+    (those rows, the keys in ascending order)."""
+    n = order.shape[0]
+    groups = 0
+    for a in range(n):
+        if a == 0 or CK[order[a]] != CK[order[a - 1]]:
+            groups += 1
+    out = np.empty((groups, C.shape[1]), dtype=np.int64)
+    keys = np.empty(groups, dtype=np.int64)
+    r = -1
+    for a in range(n):
+        i = order[a]
+        if a == 0 or CK[i] != CK[order[a - 1]]:
+            r += 1
+            keys[r] = CK[i]
+            for c in range(C.shape[1]):
+                out[r, c] = C[i, c]
+        else:
+            for c in range(C.shape[1]):
+                if C[i, c] < out[r, c]:
+                    out[r, c] = C[i, c]
+    return out, keys
