@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from osdp_sim.costmodel.fast import mlp_first, stage, start_label
+from osdp_sim.costmodel.fast import mlp_first, stage_on, start_label
 from osdp_sim.costmodel.lowering import optimizer_temp_sums
 from osdp_sim.planner.bounds import Bounds
 from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
@@ -150,12 +150,13 @@ class Engine:
 
     # ---- transitions -------------------------------------------------------------------
     def _st(self, key_id: int, sid, steps: tuple, kind: str, ck: float = 0.0):
-        """stage() on a key and steps given by ids: (its result, the id of its new key)."""
+        """stage() on a key and steps given by ids: (its deltas (see NDELTA), the id of its new key)."""
         mk = (key_id, sid, kind, self.pb.s, ck, self.pm_sum)
         hit = self.store.stages.get(mk)
         if hit is None:
-            out = stage(self.keys[key_id], steps, kind, self.pb.s, ck, self.pm_sum)
-            hit = self.store.stages[mk] = (out, self.intern(out.key))
+            new_key, fields = stage_on(self.keys[key_id][0], self.store.queue_rows(key_id), steps, kind,
+                                       self.pb.s, ck, self.pm_sum)
+            hit = self.store.stages[mk] = (fields, self.intern(new_key))
             self.stage_sims += 1
         return hit
 
@@ -177,7 +178,7 @@ class Engine:
                     out, nk = self._st(key_id, sid, opt.steps, "group")
                 elif mlp_first(opt.steps, key[0]):
                     out, nk = self._st(key_id, sid, opt.steps, "ckmlp", b.ck)
-                    return self.intern(("C", nk)), self._deltas(out)
+                    return self.intern(("C", nk)), out
                 else:                                       # checkpointed: the whole block later
                     return self.intern(("D", key_id, c)), ZERO
             else:
@@ -191,12 +192,7 @@ class Engine:
                     out, nk = self._st(key[1], sid, aopt.steps, "ckattn", b.ck)
                 else:
                     out, nk = self._st(key_id, sid, aopt.steps, "group")
-        return nk, self._deltas(out)
-
-    @staticmethod
-    def _deltas(out) -> tuple:
-        return (out.dt, out.opt, out.s_n, out.o_v, out.o_y, out.d_y, out.d_v, out.pm,
-                out.o_m1, out.o_m2, out.g_a, out.p_a)
+        return nk, out
 
     def table(self, key_id: int, g: int):
         """(codes, new key ids, deltas (K, 8)) for every decision allowed at gap g."""
