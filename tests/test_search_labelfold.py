@@ -7,7 +7,7 @@ import pytest
 from osdp_sim.costmodel.fast import NEG, Label, StageOut, apply
 from osdp_sim.planner.keygraph import _merge_min
 from osdp_sim.planner.labelfold import graph_back
-from osdp_sim.planner.labels import NCOL, NDELTA, expand, padded, update
+from osdp_sim.planner.labels import NCOL, NDELTA, expand, padded, unique_inverse, update
 
 
 def _rand(rng, shape, neg_cols=()):
@@ -79,3 +79,13 @@ def test_least_row_per_key_and_backward_pass_match_loops(seed):
         assert M[r] == min(float(ds[x, 2]) + Mn[nxt[x]] for x in es)
         e += sizes[r]
     assert np.isinf(H[nkeys]).all() and np.isinf(M[nkeys])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unique_inverse_is_numpys_sorted_or_not(seed):
+    rng = np.random.default_rng(200 + seed)
+    K = rng.integers(0, 30, int(rng.integers(0, 100)))
+    for keys in (K, np.sort(K)):
+        u, inv = unique_inverse(keys)
+        u0, inv0 = np.unique(keys, return_inverse=True)
+        assert u.tolist() == u0.tolist() and inv.tolist() == inv0.tolist()

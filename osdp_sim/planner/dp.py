@@ -26,7 +26,7 @@ from osdp_sim.costmodel.lowering import optimizer_temp_sums
 from osdp_sim.planner.bounds import Bounds
 from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
 from osdp_sim.planner.keystore import KeyStore
-from osdp_sim.planner.labels import NCOL, NDELTA, ZERO, expand, padded, update
+from osdp_sim.planner.labels import NCOL, NDELTA, ZERO, expand, padded, unique_inverse, update
 from osdp_sim.planner.merged import MergedView, grid_for
 from osdp_sim.planner.problem import Problem
 
@@ -228,7 +228,7 @@ class Engine:
         (without them it is not used)."""
         from osdp_sim.planner.labelbounds import label_bounds
         bnd = self.bounds
-        ukey, kinv = np.unique(CK, return_inverse=True)
+        ukey, kinv = unique_inverse(CK)
         KC, KM = bnd.key_terms(g, self.key_rows[ukey])               # (keys, J), (keys,)
         use_graph = graph is not None and (graph.view is None or CM is not None)
         if use_graph:           # both bounds are valid; the graph's is the tighter one almost everywhere
@@ -354,7 +354,7 @@ class Engine:
         merged ids) of those kept."""
         m = self.pb.m
         view = None if graph is None else graph.view
-        uk, inv = np.unique(K, return_inverse=True)
+        uk, inv = unique_inverse(K)
         tabs = []
         for r, k in enumerate(uk):                  # new keys cost one stage simulation per decision
             if deadline is not None and r % 32 == 31 and time.perf_counter() > deadline:

@@ -39,3 +39,13 @@ def expand(L: np.ndarray, inv: np.ndarray, D: np.ndarray, NK: np.ndarray, CODE: 
     from osdp_sim.planner.labelfold import expand as expand_c
     return expand_c(np.ascontiguousarray(L, dtype=np.int64), np.asarray(inv, dtype=np.int64), D, NK, CODE,
                     int(m), bool(pm_sum))
+
+
+def unique_inverse(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(K, return_inverse=True), without its sort when K is already sorted (the search's
+    labels come out of each decision sorted by key)."""
+    K = np.asarray(K)
+    if len(K) and np.all(K[1:] >= K[:-1]):
+        first = np.r_[True, K[1:] != K[:-1]]
+        return K[first], np.cumsum(first) - 1
+    return np.unique(K, return_inverse=True)
