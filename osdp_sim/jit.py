@@ -1,6 +1,7 @@
 """numba's njit with its machine code cached, for the search's compiled loops (costmodel/fold.py,
-planner/dominance.py). Those modules are imported only when a search or a fold runs, so numba's
-import (about half a second) is not paid by commands that never search.
+planner/dominance.py, planner/labelbounds.py, planner/labelfold.py). Those modules are imported
+only when a search or a fold runs, so numba's import (about half a second) is not paid by
+commands that never search.
 
 The first compile takes a few seconds; the code is cached in the __pycache__ beside the module
 (numba's in-tree cache) or, where that is read-only, in the user's cache directory

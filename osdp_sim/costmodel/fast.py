@@ -416,14 +416,28 @@ def _plan_of(pend, steps, kind, s, ck, pm_sum) -> StagePlan:
     return hit[2]
 
 
-def run_stage(sp: StagePlan, queue: tuple) -> StageOut:
-    """A stage's backward compute tasks against the key's queue, in one compiled call."""
+def stage_fields(sp: StagePlan, queue_rows) -> tuple[tuple, tuple]:
+    """A stage's backward compute tasks against a queue given as fold.py's rows (fold.queue_array),
+    in one compiled call: (the new key, StageOut's other fields in their order)."""
     fold = _fold_module or _fold()
-    dt, y, o_y, o_m1, o_m2, left = fold.run_tasks(fold.queue_array(queue), sp.tasks_f, sp.tasks_i, sp.items, sp.slowdown,
+    dt, y, o_y, o_m1, o_m2, left = fold.run_tasks(queue_rows, sp.tasks_f, sp.tasks_i, sp.items, sp.slowdown,
                                                   sp.dt0_s, sp.y0_bytes, sp.split)
-    return StageOut(key=(sp.new_pend, fold.queue_tuple(left)), dt=qt(dt), opt=sp.opt, s_n=sp.s_n, o_v=sp.o_v,
-                    o_y=qm(o_y), d_y=qm(y), d_v=sp.d_v, pm=sp.pm, o_m1=qm(o_m1), o_m2=qm(o_m2),
-                    g_a=sp.g_a, p_a=sp.p_a)
+    return ((sp.new_pend, fold.queue_tuple(left)),
+            (qt(dt), sp.opt, sp.s_n, sp.o_v, qm(o_y), qm(y), sp.d_v, sp.pm, qm(o_m1), qm(o_m2), sp.g_a, sp.p_a))
+
+
+def stage_on(pend: "Pending", queue_rows, steps: tuple, kind: str, s: float, ck: float = 0.0,
+             pm_sum: bool = False) -> tuple[tuple, tuple]:
+    """stage() on a key given as its pending step and its queue's rows (the search keeps those per
+    key): (the new key, StageOut's other fields in their order)."""
+    return stage_fields(_plan_of(pend, steps, kind, s, ck, pm_sum), queue_rows)
+
+
+def run_stage(sp: StagePlan, queue: tuple) -> StageOut:
+    """stage_fields on a queue given as a key's tuple, as a StageOut."""
+    fold = _fold_module or _fold()
+    new_key, fields = stage_fields(sp, fold.queue_array(queue))
+    return StageOut(new_key, *fields)
 
 
 def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum: bool = False) -> StageOut:

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from osdp_sim.costmodel.fast import mlp_first, stage, start_label
+from osdp_sim.costmodel.fast import mlp_first, stage_on, start_label
 from osdp_sim.costmodel.lowering import optimizer_temp_sums
 from osdp_sim.planner.bounds import Bounds
 from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
 from osdp_sim.planner.keystore import KeyStore
-from osdp_sim.planner.labels import NCOL, NDELTA, ZERO, update
+from osdp_sim.planner.labels import NCOL, NDELTA, ZERO, expand, padded, unique_inverse, update
 from osdp_sim.planner.merged import MergedView, grid_for
 from osdp_sim.planner.problem import Problem
 
@@ -150,12 +150,13 @@ class Engine:
 
     # ---- transitions -------------------------------------------------------------------
     def _st(self, key_id: int, sid, steps: tuple, kind: str, ck: float = 0.0):
-        """stage() on a key and steps given by ids: (its result, the id of its new key)."""
+        """stage() on a key and steps given by ids: (its deltas (see NDELTA), the id of its new key)."""
         mk = (key_id, sid, kind, self.pb.s, ck, self.pm_sum)
         hit = self.store.stages.get(mk)
         if hit is None:
-            out = stage(self.keys[key_id], steps, kind, self.pb.s, ck, self.pm_sum)
-            hit = self.store.stages[mk] = (out, self.intern(out.key))
+            new_key, fields = stage_on(self.keys[key_id][0], self.store.queue_rows(key_id), steps, kind,
+                                       self.pb.s, ck, self.pm_sum)
+            hit = self.store.stages[mk] = (fields, self.intern(new_key))
             self.stage_sims += 1
         return hit
 
@@ -177,7 +178,7 @@ class Engine:
                     out, nk = self._st(key_id, sid, opt.steps, "group")
                 elif mlp_first(opt.steps, key[0]):
                     out, nk = self._st(key_id, sid, opt.steps, "ckmlp", b.ck)
-                    return self.intern(("C", nk)), self._deltas(out)
+                    return self.intern(("C", nk)), out
                 else:                                       # checkpointed: the whole block later
                     return self.intern(("D", key_id, c)), ZERO
             else:
@@ -191,12 +192,7 @@ class Engine:
                     out, nk = self._st(key[1], sid, aopt.steps, "ckattn", b.ck)
                 else:
                     out, nk = self._st(key_id, sid, aopt.steps, "group")
-        return nk, self._deltas(out)
-
-    @staticmethod
-    def _deltas(out) -> tuple:
-        return (out.dt, out.opt, out.s_n, out.o_v, out.o_y, out.d_y, out.d_v, out.pm,
-                out.o_m1, out.o_m2, out.g_a, out.p_a)
+        return nk, out
 
     def table(self, key_id: int, g: int):
         """(codes, new key ids, deltas (K, 8)) for every decision allowed at gap g."""
@@ -232,7 +228,7 @@ class Engine:
         (without them it is not used)."""
         from osdp_sim.planner.labelbounds import label_bounds
         bnd = self.bounds
-        ukey, kinv = np.unique(CK, return_inverse=True)
+        ukey, kinv = unique_inverse(CK)
         KC, KM = bnd.key_terms(g, self.key_rows[ukey])               # (keys, J), (keys,)
         use_graph = graph is not None and (graph.view is None or CM is not None)
         if use_graph:           # both bounds are valid; the graph's is the tighter one almost everywhere
@@ -358,7 +354,7 @@ class Engine:
         merged ids) of those kept."""
         m = self.pb.m
         view = None if graph is None else graph.view
-        uk, inv = np.unique(K, return_inverse=True)
+        uk, inv = unique_inverse(K)
         tabs = []
         for r, k in enumerate(uk):                  # new keys cost one stage simulation per decision
             if deadline is not None and r % 32 == 31 and time.perf_counter() > deadline:
@@ -370,14 +366,7 @@ class Engine:
         umin = np.full(len(uk), np.iinfo(np.int64).max)
         np.minimum.at(tmin, inv, L[:, 0])
         np.minimum.at(umin, inv, L[:, 1])
-        kmax = max(len(t[0]) for t in tabs)
-        D = np.zeros((len(uk), kmax, NDELTA), dtype=np.int64)
-        NK = np.full((len(uk), kmax), -1, dtype=np.int64)
-        CODE = np.zeros((len(uk), kmax), dtype=np.int64)
-        for r, (codes, nks, ds) in enumerate(tabs):
-            D[r, :len(codes)] = ds
-            NK[r, :len(codes)] = nks
-            CODE[r, :len(codes)] = codes
+        D, NK, CODE = padded(tabs)
         g2 = g + 1
         if g2 < len(self.positions) and (np.isfinite(thr_q) or np.isfinite(pq_max)):
             rows, cols = np.nonzero(NK >= 0)
@@ -388,19 +377,10 @@ class Engine:
             lb, mem_lb = self.lower_bounds(g2, best, NK[rows, cols], pq_max, graph if view is None else None)
             bad = (lb >= thr_q) | (mem_lb > pq_max)
             NK[rows[bad], cols[bad]] = -1
-        Dl = D[inv]                                           # (n, kmax, NDELTA)
-        nkey = NK[inv]
-        sel = np.nonzero((nkey >= 0).ravel())[0]
-        n = len(L)
-        lab_i = sel // kmax
-        Dl = Dl.reshape(n * kmax, NDELTA)[sel]
         if deadline is not None and time.perf_counter() > deadline:
             raise _Timeout
-        C = update(L[lab_i], Dl, m, self.pm_sum)
-        CK = nkey.ravel()[sel]
-        CP = lab_i
-        CC = CODE[inv].ravel()[sel]
-        CM = view.advance(g, M[lab_i], sel % kmax) if view is not None else CK
+        C, CK, CP, CC, col = expand(L, inv, D, NK, CODE, m, self.pm_sum)
+        CM = view.advance(g, M[CP], col) if view is not None else CK
         stats.nodes += len(C)
         if g2 < len(self.positions) and len(C):
             lb, mem_lb = self.lower_bounds(g2, C, CK, pq_max, graph, CM)

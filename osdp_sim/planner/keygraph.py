@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from osdp_sim.planner.labels import update
+from osdp_sim.planner.labels import expand, padded
 from osdp_sim.planner.merged import MergedView
 
 N_LAMBDA = 24
@@ -73,12 +73,9 @@ def lambda_grid(j_lam: np.ndarray) -> np.ndarray:
 
 
 def _merge_min(C: np.ndarray, CK: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per distinct key of CK, the componentwise least row of C."""
-    ukeys, inv = np.unique(CK, return_inverse=True)
-    out = np.full((len(ukeys), C.shape[1]), np.iinfo(np.int64).max, dtype=np.int64)
-    for col in range(C.shape[1]):
-        np.minimum.at(out[:, col], inv, C[:, col])
-    return out, ukeys
+    """Per distinct key of CK, the componentwise least row of C (compiled: labelfold.min_by_key)."""
+    from osdp_sim.planner.labelfold import min_by_key
+    return min_by_key(C, CK, np.argsort(CK, kind="stable"))
 
 
 class KeyGraph:
@@ -92,6 +89,7 @@ class KeyGraph:
         n = len(engine.positions)
         L, K = engine.start()
         sims_before = engine.stage_sims
+        from osdp_sim.planner.labelfold import graph_back
         levels, tabs_of = [K], []
         for g in range(n):
             tabs = []
@@ -103,10 +101,8 @@ class KeyGraph:
             if not tabs:                       # nothing left: no plan fits and beats thr_q
                 levels.append(K)
                 continue
-            sizes = np.array([len(t[0]) for t in tabs])
-            D = np.concatenate([t[2] for t in tabs])
-            NK = np.concatenate([t[1] for t in tabs])
-            C = update(np.repeat(L, sizes, axis=0), D, pb.m, engine.pm_sum)
+            D, NKT, CODE = padded(tabs)
+            C, NK, _p, _c, _j = expand(L, np.arange(len(L)), D, NKT, CODE, pb.m, engine.pm_sum)
             L, K = _merge_min(C, NK)
             if g + 1 < n:
                 lb, mem_lb = engine.lower_bounds(g + 1, L, K, pq_max)
@@ -130,15 +126,11 @@ class KeyGraph:
             if not tabs:
                 self.H[g], self.M[g] = inf_row.copy(), np.array([np.inf])
                 continue
-            sizes = np.array([len(t[0]) for t in tabs])
-            starts = np.r_[0, np.cumsum(sizes)[:-1]]
+            starts = np.r_[0, np.cumsum([len(t[0]) for t in tabs])].astype(np.int64)
             ds = np.concatenate([t[2] for t in tabs])
-            nk = self.rows_of(g + 1, np.concatenate([t[1] for t in tabs]))
-            tau = (pb.m * ds[:, 0] + ds[:, 1]).astype(float)
-            s = ds[:, 2].astype(float)
-            H = np.minimum.reduceat(tau[:, None] + s[:, None] * lams[None, :] + self.H[g + 1][nk], starts, axis=0)
-            M = np.minimum.reduceat(s + self.M[g + 1][nk], starts)
-            self.H[g], self.M[g] = np.vstack([H, inf_row]), np.r_[M, np.inf]
+            rows = self.rows_of(g + 1, np.concatenate([t[1] for t in tabs])).astype(np.int64)
+            self.H[g], self.M[g] = graph_back(ds, rows, starts, int(pb.m), np.asarray(lams, dtype=np.float64),
+                                              self.H[g + 1], self.M[g + 1])
 
     def rows_of(self, g: int, K: np.ndarray) -> np.ndarray:
         """Rows of keys K at level g; len(level) (the inf row) for keys not kept there."""

@@ -17,7 +17,8 @@ class KeyStore:
         self._ids: dict = {}
         self._rows = np.zeros((64, KEY_COLS))          # id -> key_row (bounds.py)
         self._steps_ids: dict = {}
-        self.stages: dict = {}                       # (key id, steps id, kind, s, ck, pm_sum) -> (StageOut, new key id)
+        self.stages: dict = {}                       # (key id, steps id, kind, s, ck, pm_sum) -> (deltas, new key id)
+        self._queue_rows: dict = {}                  # key id -> its queue as fold.py's rows
 
     def intern(self, key: tuple) -> int:
         i = self._ids.get(key)
@@ -42,3 +43,11 @@ class KeyStore:
 
     def steps_id(self, steps: tuple) -> int:
         return self._steps_ids.setdefault(steps, len(self._steps_ids))
+
+    def queue_rows(self, key_id: int):
+        """The queue of a (pending, queue) key as fold.py's float64 rows, built once per key."""
+        q = self._queue_rows.get(key_id)
+        if q is None:
+            from osdp_sim.costmodel.fold import queue_array
+            q = self._queue_rows[key_id] = queue_array(self.keys[key_id][1])
+        return q

@@ -12,14 +12,40 @@ ZERO = (0, 0, 0, NEG, NEG, 0, 0, 0, NEG, NEG, 0, 0)     # the deltas of a decisi
 
 
 def update(L: np.ndarray, D: np.ndarray, m: int, pm_sum: bool = False) -> np.ndarray:
-    """fast.apply on arrays: labels (n, NCOL) and stage deltas (n, NDELTA)."""
-    C = np.empty((len(L), NCOL), dtype=np.int64)
-    C[:, 0] = L[:, 0] + m * D[:, 0] + D[:, 1]
-    C[:, 1] = np.maximum.reduce([L[:, 1] + D[:, 2], L[:, 2] + D[:, 3], L[:, 3] + D[:, 4],
-                                 L[:, 5] + D[:, 2] + D[:, 10], L[:, 6] + D[:, 2] + D[:, 11]])
-    C[:, 2] = L[:, 2] + D[:, 6]
-    C[:, 3] = L[:, 3] + D[:, 5]
-    C[:, 4] = L[:, 4] + D[:, 7] if pm_sum else np.maximum(L[:, 4], D[:, 7])
-    C[:, 5] = L[:, 3] + D[:, 8]
-    C[:, 6] = L[:, 3] + D[:, 9]
-    return C
+    """fast.apply on arrays: labels (n, NCOL) and stage deltas (n, NDELTA) (compiled: labelfold.py)."""
+    from osdp_sim.planner.labelfold import update_rows
+    D = np.ascontiguousarray(D, dtype=np.int64)
+    return update_rows(np.ascontiguousarray(L, dtype=np.int64), D.reshape(len(D), 1, D.shape[-1]), int(m), bool(pm_sum))
+
+
+def padded(tabs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Transition tables (codes, new key ids, deltas) of some keys as labelfold.expand's arrays:
+    deltas (keys, kmax, NDELTA), new key ids (keys, kmax; -1 past a table's end), codes."""
+    kmax = max(len(t[0]) for t in tabs)
+    D = np.zeros((len(tabs), kmax, NDELTA), dtype=np.int64)
+    NK = np.full((len(tabs), kmax), -1, dtype=np.int64)
+    CODE = np.zeros((len(tabs), kmax), dtype=np.int64)
+    for r, (codes, nks, ds) in enumerate(tabs):
+        D[r, :len(codes)] = ds
+        NK[r, :len(codes)] = nks
+        CODE[r, :len(codes)] = codes
+    return D, NK, CODE
+
+
+def expand(L: np.ndarray, inv: np.ndarray, D: np.ndarray, NK: np.ndarray, CODE: np.ndarray, m: int,
+           pm_sum: bool = False):
+    """Labels L, label i on table row inv[i], through every taken entry (labelfold.expand):
+    (labels, new key ids, parent rows, codes, table columns)."""
+    from osdp_sim.planner.labelfold import expand as expand_c
+    return expand_c(np.ascontiguousarray(L, dtype=np.int64), np.asarray(inv, dtype=np.int64), D, NK, CODE,
+                    int(m), bool(pm_sum))
+
+
+def unique_inverse(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(K, return_inverse=True), without its sort when K is already sorted (the search's
+    labels come out of each decision sorted by key)."""
+    K = np.asarray(K)
+    if len(K) and np.all(K[1:] >= K[:-1]):
+        first = np.r_[True, K[1:] != K[:-1]]
+        return K[first], np.cumsum(first) - 1
+    return np.unique(K, return_inverse=True)

@@ -1,0 +1,130 @@
+"""The label update (fast.apply on integer rows) and the label expansion of one decision,
+compiled (osdp_sim/jit.py). Integer sums and maxima, so the results are exactly numpy's.
+
+Layouts: labels (n, NCOL) int64; deltas (n, NDELTA) int64 (labels.py names the columns); a
+decision's transition table per distinct key (rows r): D (keys, kmax, NDELTA), new key ids NK
+(keys, kmax; -1: not taken) and codes CODE (keys, kmax)."""
+
+import numpy as np
+
+from osdp_sim.jit import compiled
+
+
+@compiled
+def _apply_row(L, i, D, r, j, m, pm_sum, C, o):
+    """C[o] = fast.apply(L[i], D[r, j]) (D as (rows, cols, NDELTA))."""
+    C[o, 0] = L[i, 0] + m * D[r, j, 0] + D[r, j, 1]
+    u = L[i, 1] + D[r, j, 2]
+    x = L[i, 2] + D[r, j, 3]
+    if x > u:
+        u = x
+    x = L[i, 3] + D[r, j, 4]
+    if x > u:
+        u = x
+    x = L[i, 5] + D[r, j, 2] + D[r, j, 10]
+    if x > u:
+        u = x
+    x = L[i, 6] + D[r, j, 2] + D[r, j, 11]
+    if x > u:
+        u = x
+    C[o, 1] = u
+    C[o, 2] = L[i, 2] + D[r, j, 6]
+    C[o, 3] = L[i, 3] + D[r, j, 5]
+    if pm_sum:
+        C[o, 4] = L[i, 4] + D[r, j, 7]
+    else:
+        C[o, 4] = max(L[i, 4], D[r, j, 7])
+    C[o, 5] = L[i, 3] + D[r, j, 8]
+    C[o, 6] = L[i, 3] + D[r, j, 9]
+
+
+@compiled
+def update_rows(L, D, m, pm_sum):
+    """fast.apply on rows: label i with deltas D[i] (D as (n, 1, NDELTA))."""
+    n = L.shape[0]
+    C = np.empty((n, L.shape[1]), dtype=np.int64)
+    for i in range(n):
+        _apply_row(L, i, D, i, 0, m, pm_sum, C, i)
+    return C
+
+
+@compiled
+def expand(L, inv, D, NK, CODE, m, pm_sum):
+    """Every label i through every taken entry j of its key's table (row inv[i]), in the order
+    (i, j): (new labels, new key ids, parent rows i, codes, table columns j)."""
+    n = L.shape[0]
+    kmax = NK.shape[1]
+    count = 0
+    for i in range(n):
+        r = inv[i]
+        for j in range(kmax):
+            if NK[r, j] >= 0:
+                count += 1
+    C = np.empty((count, L.shape[1]), dtype=np.int64)
+    CK = np.empty(count, dtype=np.int64)
+    CP = np.empty(count, dtype=np.int64)
+    CC = np.empty(count, dtype=np.int64)
+    COL = np.empty(count, dtype=np.int64)
+    o = 0
+    for i in range(n):
+        r = inv[i]
+        for j in range(kmax):
+            if NK[r, j] >= 0:
+                _apply_row(L, i, D, r, j, m, pm_sum, C, o)
+                CK[o] = NK[r, j]
+                CP[o] = i
+                CC[o] = CODE[r, j]
+                COL[o] = j
+                o += 1
+    return C, CK, CP, CC, COL
+
+
+@compiled
+def graph_back(ds, rows, starts, m, lams, H_next, M_next):
+    """One level of keygraph.py's backward pass: per key r (its entries e in starts[r]:starts[r + 1]
+    of ds (entries, NDELTA), rows[e] their row at the next level), H[r, l] = min_e (tau + s lams[l])
+    + H_next[rows[e], l] and M[r] = min_e s + M_next[rows[e]], tau = m dt + opt and s = S_N of the
+    entry. A last row of inf is appended to both (keys not kept)."""
+    nk = starts.shape[0] - 1
+    nl = lams.shape[0]
+    H = np.full((nk + 1, nl), np.inf)
+    M = np.full(nk + 1, np.inf)
+    for r in range(nk):
+        for e in range(starts[r], starts[r + 1]):
+            q = rows[e]
+            tau = float(m * ds[e, 0] + ds[e, 1])
+            s = float(ds[e, 2])
+            for l in range(nl):
+                h = (tau + s * lams[l]) + H_next[q, l]
+                if h < H[r, l]:
+                    H[r, l] = h
+            v = s + M_next[q]
+            if v < M[r]:
+                M[r] = v
+    return H, M
+
+
+@compiled
+def min_by_key(C, CK, order):
+    """Per distinct key of CK (order: an argsort of CK), the componentwise least row of C:
+    (those rows, the keys in ascending order)."""
+    n = order.shape[0]
+    groups = 0
+    for a in range(n):
+        if a == 0 or CK[order[a]] != CK[order[a - 1]]:
+            groups += 1
+    out = np.empty((groups, C.shape[1]), dtype=np.int64)
+    keys = np.empty(groups, dtype=np.int64)
+    r = -1
+    for a in range(n):
+        i = order[a]
+        if a == 0 or CK[i] != CK[order[a - 1]]:
+            r += 1
+            keys[r] = CK[i]
+            for c in range(C.shape[1]):
+                out[r, c] = C[i, c]
+        else:
+            for c in range(C.shape[1]):
+                if C[i, c] < out[r, c]:
+                    out[r, c] = C[i, c]
+    return out, keys
