@@ -28,6 +28,7 @@ def test_the_shipped_profiles_kinds_and_errors():
     h100 = trust_of(load_profile("h100x8"))
     assert h100.published_fit["runs"] == 12 and h100.published_fit["held_out_runs"] == 9
     assert "efficiency_scale fitted to 12 published runs; error 8.8% on 9 published runs" in h100.line()
+    assert "off by 9% on average" in h100.warning()
     assert trust_of(load_profile("titan8")).published_fit is None
 
 

@@ -23,7 +23,7 @@ def format_section(cfg: DecisionsConfig, figs: list[DecisionFigures], summary: l
              "checkpointing) and the tune's candidates (`osdp-sim tune`'s choose_candidates). "
              "*Distinct*: plans that differ only by a permutation of identical blocks are one plan; "
              "they must differ in micro-batch, accumulation, the root's choice, or the multiset of "
-             "per-block (strategy, checkpointed) choices (osdp_sim/calibrate/decisions.py "
+             "per-block (strategy, checkpointed) choices (osdp_sim/calibrate/distinct.py "
              "`plan_signature`). Identical plans are run once. Every plan runs "
              f"{cfg.repeats} times ({cfg.warmup} warmup + {cfg.iters} timed steps, 2 gloo ranks x "
              f"{cfg.threads or 'cores/ranks'} thread), interleaved (repeat 1 of every plan, then repeat "

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from osdp_sim.calibrate.campaign import (Campaign, Job, expected_record_name, recorded_status,
                                          run_campaign)
+from osdp_sim.calibrate.distinct import top_distinct
 from osdp_sim.costmodel import estimate
 from osdp_sim.errors import UserError
 from osdp_sim.hardware.profile import HardwareProfile
@@ -101,7 +102,7 @@ def choose_candidates(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: flo
                       k: int = 3, baselines: int = 2, near: int = 2,
                       time_limit_s: float | None = 60.0) -> list[Candidate]:
     """The search's pick, its `near` next-best distinct plans (they differ from the pick in the
-    multiset of per-block choices, the root or the checkpointing: calibrate/decisions.py
+    multiset of per-block choices, the root or the checkpointing: calibrate/distinct.py
     plan_signature), the best plan at each of the k - 1 other micro-batches predicted fastest,
     and the `baselines` fastest distinct baselines (uniform strategies, checkpointing all-or-none
     or per block). Duplicates (the same plan reached twice) are listed once."""
@@ -115,7 +116,6 @@ def choose_candidates(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: flo
         return max(1.0, (time_limit_s - (time.perf_counter() - t0)) * share)
 
     if near > 0:
-        from osdp_sim.calibrate.decisions import top_distinct
         res, top = top_distinct(spec, hw, mem_limit_bytes, space, 1 + near, time_limit_s=left(0.5))
     else:
         res, top = search(spec, hw, mem_limit_bytes, space, time_limit_s=left(0.5)), []

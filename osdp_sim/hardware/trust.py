@@ -48,11 +48,12 @@ class Trust:
         """The stderr warning a documented profile carries (None otherwise)."""
         if self.kind != "documented":
             return None
-        if self.published_fit:
-            return ("the hardware profile is documented, not measured on this machine: its step times "
-                    "match published runs of other machines to about 10-20% (docs/external-validation.md); "
-                    "measure it (osdp-sim profile-hw) and calibrate it (osdp-sim calibrate) before trusting "
-                    "small differences between plans")
+        held = (self.published_fit or {}).get("held_out_mape")
+        if isinstance(held, (int, float)):
+            return ("the hardware profile is documented, not measured on this machine: on published runs "
+                    f"of other machines it was not fitted on, its step times are off by {held:.0%} on average "
+                    "(docs/external-validation.md); measure it (osdp-sim profile-hw) and calibrate it "
+                    "(osdp-sim calibrate) before trusting small differences between plans")
         return ("the hardware profile is documented, not measured: its step times can be off by tens of "
                 "percent (docs/external-validation.md); measure it (osdp-sim profile-hw) and calibrate it "
                 "(osdp-sim calibrate) before trusting them")
