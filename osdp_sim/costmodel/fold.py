@@ -47,6 +47,26 @@ _NO_ITEMS = np.empty((0, ICOLS))
 
 
 @compiled
+def _push(ev_t, ev_o, ev_k, ev_d, ne, t, o, kind, d):
+    """Append the event (time, after, kind, delta) at row ne; returns the next free row."""
+    ev_t[ne] = t
+    ev_o[ne] = o
+    ev_k[ne] = kind
+    ev_d[ne] = d
+    return ne + 1
+
+
+@compiled
+def _item(queue, items, ib, nq, k):
+    """Item k of queue[:nq] + items[ib:]: (remaining, alloc_at_start, free_at_end, alloc_at_end,
+    work, started, ready_at_end); a new item has its whole work left and has not started."""
+    if k < nq:
+        return queue[k, 0], queue[k, 1], queue[k, 2], queue[k, 3], queue[k, 4], queue[k, 5] != 0.0, False
+    r = ib + k - nq
+    return items[r, 0], items[r, 1], items[r, 2], items[r, 3], items[r, 0], False, items[r, 4] != 0.0
+
+
+@compiled
 def _compute_task(c, tf, items, ib, ie, bar_rel, queue, nq, s, out, ev_t, ev_o, ev_k, ev_d):
     """One compute task of work c from time 0 (fast.run_compute's rules). The queue and its new
     items are read as one sequence A = queue[:nq] + items[ib:ie]; the queue left is written to
@@ -57,11 +77,7 @@ def _compute_task(c, tf, items, ib, ie, bar_rel, queue, nq, s, out, ev_t, ev_o, 
     for j in range(2, 5):                     # the start deltas, in their order
         d = tf[j]
         if d != 0.0:
-            ev_t[ne] = 0.0
-            ev_o[ne] = 0
-            ev_k[ne] = 1 if d > 0 else 0
-            ev_d[ne] = d
-            ne += 1
+            ne = _push(ev_t, ev_o, ev_k, ev_d, ne, 0.0, 0, 1 if d > 0 else 0, d)
     end_delta = tf[1]
     now = 0.0
     crem = c
@@ -76,43 +92,18 @@ def _compute_task(c, tf, items, ib, ie, bar_rel, queue, nq, s, out, ev_t, ev_o, 
     rate = 1.0 / s
     while True:
         while not active and k < n:
-            if k < nq:
-                rem = queue[k, 0]
-                a0 = queue[k, 1]
-                fe = queue[k, 2]
-                ae = queue[k, 3]
-                work = queue[k, 4]
-                started = queue[k, 5] != 0.0
-            else:
-                r = ib + k - nq
-                work = items[r, 0]
-                a0 = items[r, 1]
-                fe = items[r, 2]
-                ae = items[r, 3]
-                if items[r, 4] != 0.0:
-                    break
-                rem = work
-                started = False
+            rem_k, a0_k, fe_k, ae_k, work_k, started_k, ready = _item(queue, items, ib, nq, k)
+            if ready:                         # becomes ready when the compute task ends
+                break
+            rem, a0, fe, ae, work, started = rem_k, a0_k, fe_k, ae_k, work_k, started_k
             if not started:
                 if a0 != 0.0:
-                    ev_t[ne] = now
-                    ev_o[ne] = 0
-                    ev_k[ne] = 1
-                    ev_d[ne] = a0
-                    ne += 1
+                    ne = _push(ev_t, ev_o, ev_k, ev_d, ne, now, 0, 1, a0)
                 if work <= 0:
                     if fe != 0.0:
-                        ev_t[ne] = now
-                        ev_o[ne] = 1
-                        ev_k[ne] = 0
-                        ev_d[ne] = -fe
-                        ne += 1
+                        ne = _push(ev_t, ev_o, ev_k, ev_d, ne, now, 1, 0, -fe)
                     if ae != 0.0:
-                        ev_t[ne] = now
-                        ev_o[ne] = 1
-                        ev_k[ne] = 1
-                        ev_d[ne] = ae
-                        ne += 1
+                        ne = _push(ev_t, ev_o, ev_k, ev_d, ne, now, 1, 1, ae)
                     k += 1
                     continue
             active = True
@@ -126,24 +117,12 @@ def _compute_task(c, tf, items, ib, ie, bar_rel, queue, nq, s, out, ev_t, ev_o, 
             rem -= step * rate
         cdone = crem <= 1e-15 * (c if c > 1.0 else 1.0)
         if cdone and end_delta != 0.0:
-            ev_t[ne] = now
-            ev_o[ne] = 0
-            ev_k[ne] = 1 if end_delta > 0 else 0
-            ev_d[ne] = end_delta
-            ne += 1
+            ne = _push(ev_t, ev_o, ev_k, ev_d, ne, now, 0, 1 if end_delta > 0 else 0, end_delta)
         if active and rem <= 1e-15 * (work if work > 1.0 else 1.0):
             if fe != 0.0:
-                ev_t[ne] = now
-                ev_o[ne] = 0
-                ev_k[ne] = 0
-                ev_d[ne] = -fe
-                ne += 1
+                ne = _push(ev_t, ev_o, ev_k, ev_d, ne, now, 0, 0, -fe)
             if ae != 0.0:
-                ev_t[ne] = now
-                ev_o[ne] = 0
-                ev_k[ne] = 1
-                ev_d[ne] = ae
-                ne += 1
+                ne = _push(ev_t, ev_o, ev_k, ev_d, ne, now, 0, 1, ae)
             active = False
             k += 1
         if cdone:
@@ -156,44 +135,19 @@ def _compute_task(c, tf, items, ib, ie, bar_rel, queue, nq, s, out, ev_t, ev_o, 
             if active:
                 active = False
                 started = True
-            elif k < nq:
-                rem = queue[k, 0]
-                a0 = queue[k, 1]
-                fe = queue[k, 2]
-                ae = queue[k, 3]
-                work = queue[k, 4]
-                started = queue[k, 5] != 0.0
             else:
-                r = ib + k - nq
-                work = items[r, 0]
-                a0 = items[r, 1]
-                fe = items[r, 2]
-                ae = items[r, 3]
-                rem = work
-                started = False
+                rem, a0, fe, ae, work, started, _ready = _item(queue, items, ib, nq, k)
             if not started and a0 != 0.0:
-                ev_t[ne] = now
-                ev_o[ne] = 0
-                ev_k[ne] = 1
-                ev_d[ne] = a0
-                ne += 1
+                ne = _push(ev_t, ev_o, ev_k, ev_d, ne, now, 0, 1, a0)
             o = 0
             if started or work > 0:
                 now += rem
             else:
                 o = 1
             if fe != 0.0:
-                ev_t[ne] = now
-                ev_o[ne] = o
-                ev_k[ne] = 0
-                ev_d[ne] = -fe
-                ne += 1
+                ne = _push(ev_t, ev_o, ev_k, ev_d, ne, now, o, 0, -fe)
             if ae != 0.0:
-                ev_t[ne] = now
-                ev_o[ne] = o
-                ev_k[ne] = 1
-                ev_d[ne] = ae
-                ne += 1
+                ne = _push(ev_t, ev_o, ev_k, ev_d, ne, now, o, 1, ae)
             k += 1
     # events in (time, after, kind, insertion) order: a stable insertion sort on the first three
     for i in range(1, ne):
