@@ -1,6 +1,8 @@
 """The cost model of estimate() in an incremental form, for the exact plan search.
 
-Why it is exact. The step schedule (schedule.py) has a structure that a generic two-stream
+The costs are lowering.py's steps and units; what each task allocates, frees and queues is
+rules.py's records (the same ones schedule.build_step lays out for estimate()), so no cost term
+is restated here. Why it is exact. The step schedule (schedule.py) has a structure that a generic two-stream
 simulation does not need but a search can use:
 
 * Forward. The all-gather of step i+1 is issued when step i starts, and the communication
@@ -30,9 +32,11 @@ Scope: reduce_every_microbatch=True plans (the search space); anything else rais
 
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import NamedTuple
 
-from osdp_sim.costmodel.lowering import (_lower_group, check_selective, optimizer_temp_sums, root_step,
-                                         root_unit, unit_optimizer_s)
+from osdp_sim.costmodel import lowering, rules
+from osdp_sim.costmodel.lowering import (CommUnit, Step, check_selective, lower_group, optimizer_temp_sums,
+                                         root_step, root_unit, unit_optimizer_s)
 from osdp_sim.costmodel.states import compute_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
@@ -52,33 +56,99 @@ def qm(x: float) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Costs of one step, read from the lead's lowering functions.
+# Costs of one step: lowering's Step and CommUnit, read through rules.py's records.
 
 @dataclass(frozen=True)
 class StepCost:
-    """One step of the lowered schedule with what its unit adds (each non-root unit has exactly
-    one step; the root has two, embed and head)."""
+    """One step of the lowered schedule with its unit (each non-root unit has exactly one step;
+    the root has two, embed and head). Everything the fold needs is read from rules.py's records
+    of its tasks; the short names below are those records' numbers, for the search's bounds."""
 
-    f: float                      # forward work
-    b: float                      # backward work
-    agf: float | None             # own all-gather before its forward (None: already gathered)
-    gath: float                   # gathered copy, bytes (allocated when that all-gather starts)
-    z3: bool                      # copy freed after forward, gathered again for backward
-    agb: float                    # backward all-gather work (z3 units)
-    act: float                    # activations kept for backward
-    ft: float                     # forward transient (logits)
-    ag: float                     # gradient of activations, transient in backward
-    bt: float                     # backward transient (gradient of logits)
-    ug: float                     # unsharded gradient allocated when its backward ends
-    free_gath: bool               # its backward end frees the gathered copy
-    rs: tuple | None              # queue items appended when its backward ends (RS, replica AR)
-    res: float                    # resident bytes of its unit (params + optimizer [+ grads])
-    pm: float                     # its unit's optimizer temporary (CommUnit.optimizer_temp_bytes)
-    opt: float                    # its unit's share of the optimizer step time
-    copy: bool = False            # a ddp unit: its backward "gather" allocates at its user's start
-    rc: float = 0.0               # its recompute work when its block is checkpointed (Config.selective
-                                  # says full (= f) or selective)
-    sk: float = 0.0               # kept by a selectively checkpointed block for it (saved mm outputs)
+    step: Step
+    unit: CommUnit
+    owns_gather: bool             # its unit is all-gathered before its forward (not the head)
+    first_backward: bool          # its backward allocates its unit's gradient; the unit's resident
+                                  # states and optimizer work are counted with it
+    last_backward: bool           # its backward frees its unit's copy and queues the reductions
+    grads_resident: bool          # sharded gradients of earlier micro-steps are live (grad_accum > 1)
+    selective: bool               # its block, when checkpointed, is selectively checkpointed
+    unit_optimizer_s: float       # its unit's optimizer step (lowering.unit_optimizer_s)
+
+    @cached_property
+    def records(self) -> "UnitRecords":
+        return unit_records(self.unit, self.grads_resident)
+
+    @cached_property
+    def forward_gather(self) -> rules.Collective | None:
+        return self.records.forward_gather if self.owns_gather else None
+
+    @property
+    def backward_gather(self) -> rules.Collective:
+        return self.records.backward_gather
+
+    @property
+    def reductions(self) -> tuple[rules.Collective, ...]:
+        return self.records.reductions if self.last_backward else ()
+
+    def forward_task(self, ckpt: rules.Checkpointed | None) -> rules.ComputeTask:
+        return rules.forward(self.step, self.unit, ckpt, self.z3)
+
+    def backward_task(self, own_gather: bool) -> rules.ComputeTask:
+        """own_gather: its unit was gathered again for it (so a ddp copy appears at its start)."""
+        return rules.backward(self.step, self.unit, allocates_copy=own_gather and self.z3,
+                              allocates_grad=self.first_backward, frees_gathered=self.last_backward)
+
+    # the records' numbers, for bounds.py, problem.py and additive.py
+    f = property(lambda self: self.step.fwd_s)                      # forward work
+    b = property(lambda self: self.step.bwd_s)                      # backward work
+    act = property(lambda self: self.step.act_bytes)                # activations kept for backward
+    ft = property(lambda self: self.step.fwd_temp_bytes)            # forward transient (logits)
+    ag = property(lambda self: self.step.act_grad_bytes)            # gradient of activations
+    bt = property(lambda self: self.step.bwd_temp_bytes)            # backward transient
+    gath = property(lambda self: self.unit.gathered_bytes)          # gathered copy, bytes
+    copy = property(lambda self: self.unit.strategy == "ddp")       # its "gather" is a local copy
+
+    @cached_property
+    def agf(self) -> float | None:
+        """Its own all-gather's work before its forward (None: already gathered)."""
+        return None if self.forward_gather is None else self.forward_gather.work_s
+
+    @cached_property
+    def z3(self) -> bool:
+        """Its copy is freed after forward and gathered again for backward."""
+        return self.unit.reshards_after_forward
+
+    @cached_property
+    def agb(self) -> float:
+        return self.backward_gather.work_s if self.z3 else 0.0
+
+    @cached_property
+    def rs(self) -> tuple | None:
+        """The reductions as queue items (work, alloc_at_start, free_at_end, alloc_at_end)."""
+        return self.records.reduction_items if self.last_backward else None
+
+    @cached_property
+    def res(self) -> float:
+        """Resident bytes of its unit (params, optimizer states, grads if resident)."""
+        return self.records.resident_bytes if self.first_backward else 0.0
+
+    @cached_property
+    def pm(self) -> float:
+        return self.unit.optimizer_temp_bytes if self.first_backward else 0.0
+
+    @cached_property
+    def opt(self) -> float:
+        return self.unit_optimizer_s if self.first_backward else 0.0
+
+    @cached_property
+    def rc(self) -> float:
+        """Its recompute work when its block is checkpointed."""
+        return self.step.sac_recompute_s if self.selective else self.step.recompute_work_s
+
+    @cached_property
+    def sk(self) -> float:
+        """Kept by a selectively checkpointed block for it (saved mm outputs)."""
+        return self.step.sac_saved_bytes if self.selective else 0.0
 
     @cached_property
     def pending(self) -> "Pending":
@@ -87,8 +157,58 @@ class StepCost:
 
     @cached_property
     def pending_regathered(self) -> "Pending":
-        """pending_of(self, own_gather=True), computed once."""
+        """pending_of(self, True), computed once."""
         return pending_of(self, True)
+
+
+class UnitRecords(NamedTuple):
+    """rules.py's records of one unit's collectives and resident bytes."""
+
+    forward_gather: rules.Collective
+    backward_gather: rules.Collective
+    reductions: tuple[rules.Collective, ...]
+    reduction_items: tuple[tuple[float, float, float, float], ...]   # as the fold's queue items
+    resident_bytes: float
+
+
+_UNIT_RECORDS: dict = {}          # (id(unit), grads_resident) -> (unit, UnitRecords)
+_MAX_UNIT_RECORDS = 200_000
+
+
+def clear_caches() -> None:
+    """Forget every cache of the cost model (units, group times, unit records, stage plans): a
+    test that patches a rule of rules.py calls it before and after."""
+    lowering.clear_caches()
+    _UNIT_RECORDS.clear()
+    _PLANS.clear()
+
+
+def unit_records(u: CommUnit, grads_resident: bool) -> UnitRecords:
+    """Cached by the unit's identity (lowering.make_unit shares a unit across micro-batches)."""
+    key = (id(u), grads_resident)
+    hit = _UNIT_RECORDS.get(key)
+    if hit is None:
+        if len(_UNIT_RECORDS) >= _MAX_UNIT_RECORDS:
+            _UNIT_RECORDS.clear()
+        red = rules.reductions(u, grads_resident=grads_resident)
+        res = rules.resident(u, grads_resident=grads_resident, unsharded_grads_resident=False)
+        hit = _UNIT_RECORDS[key] = (u, UnitRecords(rules.forward_gather(u), rules.backward_gather(u), red,
+                                                   tuple(map(_queue_item, red)), rules.net_bytes(res)))
+    return hit[1]
+
+
+def _queue_item(c: rules.Collective) -> tuple[float, float, float, float]:
+    """A collective as the fold's item: (work, alloc_at_start, free_at_end, alloc_at_end)."""
+    if any(d.bytes < 0 for d in c.at_start):
+        raise ValueError(f"{c.name}: a collective frees nothing when it starts")
+    return (c.work_s, rules.allocated_bytes(c.at_start), rules.freed_bytes(c.at_end),
+            rules.allocated_bytes(c.at_end))
+
+
+def _net(deltas) -> float:
+    """Allocations minus frees: the level after a task's start or end events (at equal times
+    frees come first, so nothing in between is higher than before or after)."""
+    return rules.allocated_bytes(deltas) - rules.freed_bytes(deltas)
 
 
 @dataclass(frozen=True)
@@ -118,42 +238,16 @@ def config_of(plan: Plan) -> Config:
                   plan.optimizer, plan.choices["root"].strategy)
 
 
-def _rs_items(u, grads_resident: bool) -> tuple:
-    h = 0.0 if grads_resident else u.states.grads
-    items = [(u.reduce_s, u.reduce_buffer_bytes, u.reduce_buffer_bytes + u.unsharded_grad_bytes, h)]
-    if u.replica_all_reduce_s > 0:
-        items.append((u.replica_all_reduce_s, 0.0, 0.0, 0.0))
-    return tuple(items)
-
-
-def _unit_numbers(u, hw: HardwareProfile, cfg: Config) -> tuple[float, float, float]:
-    res = u.states.params + u.states.optimizer + (u.states.grads if cfg.grad_accum > 1 else 0.0)
-    return res, u.optimizer_temp_bytes, unit_optimizer_s(hw, u, cfg.optimizer)
-
-
 def group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: HardwareProfile,
                 cfg: Config) -> tuple[StepCost, ...]:
     """The steps of one group under one choice, in forward order."""
     plan = cfg.plan(spec, {g.plan_key: choice}, ())
-    tokens = cfg.micro_batch * spec.seq_len
-    cb = compute_bytes(cfg.precision)
-    act = g.activations.bytes_for(cb, tokens)
-    act_grad = 2.0 * tokens * spec.config.hidden * cb
     units: list = []
-    steps = _lower_group(spec, g, -1, hw, plan, units, tokens, act, act_grad)
-    out = []
-    for s in steps:
-        u = units[s.unit]
-        res, pm, opt = _unit_numbers(u, hw, cfg)
-        z3 = u.reshards_after_forward
-        out.append(StepCost(
-            f=s.fwd_s, b=s.bwd_s, agf=u.all_gather_s, gath=u.gathered_bytes, z3=z3,
-            agb=u.all_gather_s, act=s.act_bytes, ft=s.fwd_temp_bytes, ag=s.act_grad_bytes,
-            bt=s.bwd_temp_bytes, ug=u.unsharded_grad_bytes, free_gath=True,
-            rs=_rs_items(u, cfg.grad_accum > 1), res=res, pm=pm, opt=opt, copy=u.strategy == "ddp",
-            rc=s.sac_recompute_s if cfg.selective else s.recompute_work_s,
-            sk=s.sac_saved_bytes if cfg.selective else 0.0))
-    return tuple(out)
+    steps = lower_group(spec, g, -1, hw, plan, units)
+    return tuple(StepCost(step=s, unit=units[s.unit], owns_gather=True, first_backward=True, last_backward=True,
+                          grads_resident=cfg.grad_accum > 1, selective=cfg.selective,
+                          unit_optimizer_s=unit_optimizer_s(hw, units[s.unit], cfg.optimizer))
+                 for s in steps)
 
 
 @dataclass(frozen=True)
@@ -163,22 +257,20 @@ class RootCost:
 
 
 def root_steps(spec: ModelSpec, hw: HardwareProfile, cfg: Config) -> RootCost:
-    """The root part of lowering.lower (unit 0 and the embed and head steps) as StepCosts."""
+    """The root part of lowering.lower (unit 0 and the embed and head steps) as StepCosts. The
+    root is gathered once, before the embedding; the head's backward comes first (it allocates
+    the root's gradient), the embedding's last (it frees the copy and reduces)."""
     plan = cfg.plan(spec, {"root": GroupChoice(cfg.root)}, ())
     u = root_unit(spec, hw, plan)
-    res, pm, opt = _unit_numbers(u, hw, cfg)
+    opt_s = unit_optimizer_s(hw, u, cfg.optimizer)
     made = {}
     for g in spec.groups:
         if g.plan_key != "root":
             continue
-        st = root_step(spec, g, hw, plan, u)
         head = g.kind == "head"
-        made[g.kind] = StepCost(
-            f=st.fwd_s, b=st.bwd_s, agf=None if head else u.all_gather_s, gath=u.gathered_bytes,
-            z3=False, agb=0.0, act=st.act_bytes, ft=st.fwd_temp_bytes, ag=st.act_grad_bytes,
-            bt=st.bwd_temp_bytes, ug=u.unsharded_grad_bytes if head else 0.0,
-            free_gath=not head, rs=None if head else _rs_items(u, cfg.grad_accum > 1),
-            res=res if head else 0.0, pm=pm if head else 0.0, opt=opt if head else 0.0)
+        made[g.kind] = StepCost(step=root_step(spec, g, hw, plan, u), unit=u, owns_gather=not head,
+                                first_backward=head, last_backward=not head,
+                                grads_resident=cfg.grad_accum > 1, selective=False, unit_optimizer_s=opt_s)
     return RootCost(made["embed"], made["head"])
 
 
@@ -242,24 +334,35 @@ class Pending:
 
 
 def _bwd_gather(st: StepCost) -> tuple:
-    """The queue item of a step's backward gather; a ddp copy allocates nothing on the stream."""
-    return (st.agb, 0.0 if st.copy else st.gath, 0.0, 0.0, False)
+    """The queue item of a step's backward gather (not ready-at-end: issued with its task)."""
+    return _queue_item(st.backward_gather) + (False,)
 
 
-def _copies(steps) -> float:
-    """Bytes of the ddp copies that a checkpointed block's recompute allocates when it starts."""
-    return sum(st.gath for st in steps if st.z3 and st.copy)
+def _start_deltas(deltas) -> tuple[float, ...]:
+    """A task's start events as the fold's deltas: the frees (one sum), then each allocation."""
+    freed = rules.freed_bytes(deltas)
+    return ((-freed,) if freed else ()) + tuple(d.bytes for d in deltas if d.bytes > 0)
 
 
 def pending_of(st: StepCost, own_gather: bool = False) -> Pending:
     """own_gather: the step's unit was gathered again for it (so a ddp copy appears at its start)."""
-    copy = st.gath if own_gather and st.z3 and st.copy else 0.0
-    start = tuple(d for d in (copy, st.ag + st.bt) if d)
-    # One net event: at equal times estimate() applies frees before allocations, so the
-    # unsharded gradient allocated at the end never raises the peak above the net value.
-    end = st.ug - (st.ag + st.bt + st.act + (st.gath if st.free_gath else 0.0))
-    items = tuple((w, a0, fe, ae, True) for (w, a0, fe, ae) in (st.rs or ()))
-    return Pending(st.b, start, end, items, st.agf, st.gath)
+    task = st.backward_task(own_gather)
+    # One net event at its end: at equal times estimate() applies frees before allocations, so
+    # the unsharded gradient allocated at the end never raises the peak above the net value.
+    items = tuple(q + (True,) for q in (st.rs or ()))
+    return Pending(task.work_s, _start_deltas(task.at_start), _net(task.at_end), items, st.agf,
+                   _gathered_before_forward(st))
+
+
+def _gathered_before_forward(st: StepCost) -> float:
+    return 0.0 if st.forward_gather is None else rules.allocated_bytes(st.forward_gather.at_start)
+
+
+def _recompute_task(steps: tuple, ck: float) -> rules.ComputeTask:
+    """rules.recompute of a checkpointed block's steps (or a part of it, ck 0); the ddp units
+    among the re-gathered ones cast their copies in it."""
+    return rules.recompute(-1, tuple(st.step for st in steps), ck, steps[0].selective,
+                           tuple(st.unit for st in steps if st.z3))
 
 
 @dataclass(frozen=True)
@@ -279,13 +382,13 @@ class StageOut:
     p_a: int = 0                  # "ckattn": those + the attention's recomputed activations (m2)
 
 
-def _kept(st: StepCost, ckpt: bool, first: bool, ck: float) -> float:
-    k = st.sk if ckpt else st.act
-    if ckpt and first:
-        k += ck
-    if st.agf is not None and not st.z3:
-        k += st.gath
-    return k
+def _forward_task(st: StepCost, ckpt: bool, first: bool, ck: float) -> rules.ComputeTask:
+    return st.forward_task(rules.Checkpointed(ck if first else 0.0, st.selective) if ckpt else None)
+
+
+def _kept(fwd: rules.ComputeTask, st: StepCost) -> float:
+    """What a step's forward leaves live until its backward (with its own gather's copy)."""
+    return _net(fwd.at_start) + _net(fwd.at_end) + _gathered_before_forward(st)
 
 
 def mlp_first(mlp: tuple, pend: Pending) -> bool:
@@ -334,7 +437,8 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
     ckpt = kind in ("ckpt", "ckmlp", "ckattn")
     first_has_ck = kind in ("ckpt", "ckattn")
     n = len(steps)
-    kept = [_kept(st, ckpt, i == 0 and first_has_ck, ck) for i, st in enumerate(steps)]
+    fwd = [_forward_task(st, ckpt, i == 0 and first_has_ck, ck) for i, st in enumerate(steps)]
+    kept = [_kept(f, st) for f, st in zip(fwd, steps)]
     res_n = sum(st.res for st in steps)
     s_n = res_n + sum(kept)
     # forward segments and forward events
@@ -343,23 +447,17 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
     prefix = 0.0
     for i, st in enumerate(steps):
         if i + 1 < n:
-            nxt_agf, nxt_gath = steps[i + 1].agf, steps[i + 1].gath
+            nxt_agf, nxt_gath = steps[i + 1].agf, _gathered_before_forward(steps[i + 1])
         else:
             nxt_agf, nxt_gath = pend.agf, pend.gath
-        dt += seg(st.f, nxt_agf or 0.0, s)
-        if ckpt and i == 0 and first_has_ck:
-            local = ck + max(0.0, st.act - ck)
-        else:
-            local = st.act
-        if ckpt:
-            local += st.sk
-        local += st.ft + (st.gath if st.agf is not None else 0.0)
-        local += nxt_gath if nxt_agf is not None else 0.0
+        dt += seg(fwd[i].work_s, nxt_agf or 0.0, s)
+        # at its start: what it allocates, its own gather's copy and the next step's prefetch
+        local = rules.allocated_bytes(fwd[i].at_start) + _gathered_before_forward(st) + nxt_gath
         o_v = max(o_v, res_n + prefix + local)
         prefix += kept[i]
     if kind == "embed":
         dt += steps[0].agf or 0.0                       # the root all-gather starts the step
-        o_v = max(o_v, res_n + steps[0].gath)           # and allocates the root's copy at t=0
+        o_v = max(o_v, res_n + _gathered_before_forward(steps[0]))   # and allocates the root's copy at t=0
     # backward compute tasks, in backward order: (work, start deltas, end delta, new items, barrier)
     y = s_n
     g_a = p_a = 0.0
@@ -368,8 +466,8 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
         return (p.b, p.start, p.end, p.items + extra, barrier)
 
     def recompute():
-        return (sum(st.rc for st in steps), (-ck - sum(st.sk for st in steps), sum(st.act for st in steps),
-                                             _copies(steps)), 0.0, (), None)
+        rc = _recompute_task(steps, ck)
+        return (rc.work_s, _start_deltas(rc.at_start), _net(rc.at_end), (), None)
 
     chain = [task(st.pending) for st in steps[:0:-1]]   # units already gathered: no prefetch
     if kind in ("ckpt", "ckmlp"):
@@ -377,9 +475,10 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
         tasks = [task(pend, ags, len(pend.items) + len(ags) - 1 if ags else None), recompute()] + chain
     elif kind == "ckattn":
         # its gathers are allocated before the recompute starts (m1), its ddp copies with it (m2)
-        g_a = sum(st.gath for st in steps if st.z3) - _copies(steps)
-        p_a = g_a + _copies(steps) + sum(st.act - st.sk for st in steps)
-        dt += sum(st.agb for st in steps if st.z3) + sum(st.rc for st in steps)
+        g_a = sum(rules.allocated_bytes(st.backward_gather.at_start) for st in steps if st.z3)
+        rc = _recompute_task(steps, 0.0)
+        p_a = g_a + _net(rc.at_start)
+        dt += sum(st.backward_gather.work_s for st in steps if st.z3) + rc.work_s
         y += p_a
         tasks = [task(pend)] + chain
     elif kind == "group":
@@ -464,9 +563,10 @@ class Label:
 def start_label(head: StepCost, m: int, s: float) -> tuple[tuple, Label]:
     """The head is processed first: its forward segment, event and resident root states."""
     res = head.res
-    t = m * qt(seg(head.f, 0.0, s)) + qt(head.opt)
-    y = qm(res + head.act)
-    u = qm(res + head.act + head.ft)
+    fwd = head.forward_task(None)
+    t = m * qt(seg(fwd.work_s, 0.0, s)) + qt(head.opt)
+    y = qm(res + _net(fwd.at_start) + _net(fwd.at_end))
+    u = qm(res + rules.allocated_bytes(fwd.at_start))
     return (head.pending, ()), Label(t, u, qm(res), y, qm(head.pm))
 
 

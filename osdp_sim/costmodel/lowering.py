@@ -126,11 +126,35 @@ def optimizer_temp_sums(hw: HardwareProfile, optimizer: str) -> bool:
     return hw.device.kind == "cuda" and optimizer == "adamw"
 
 
+_UNITS: dict = {}                 # make_unit's arguments (the profile by identity) -> (profile, CommUnit)
+_MAX_UNITS = 100_000
+
+
+def clear_caches() -> None:
+    """Forget the cached units and group times (a test that patches a cost rule calls it)."""
+    _UNITS.clear()
+    _TIMES.clear()
+
+
 def make_unit(name: str, plan_key: str, strategy: str, params: float, hw: HardwareProfile,
               plan: Plan, is_root: bool = False, largest_tensor: float | None = None,
               tensors: int = 1) -> CommUnit:
     """`largest_tensor`: elements of the unit's largest parameter tensor (default: all of them);
-    `tensors`: how many parameter tensors it holds."""
+    `tensors`: how many parameter tensors it holds. Cached: a unit does not depend on the
+    micro-batch, and the search lowers every group at every micro-batch it considers."""
+    key = (name, plan_key, strategy, params, id(hw), plan.shard_size, plan.devices, plan.precision,
+           plan.optimizer, plan.replicas, is_root, largest_tensor, tensors)
+    hit = _UNITS.get(key)
+    if hit is None:
+        if len(_UNITS) >= _MAX_UNITS:
+            _UNITS.clear()
+        hit = _UNITS[key] = (hw, _make_unit(name, plan_key, strategy, params, hw, plan, is_root,
+                                            largest_tensor, tensors))
+    return hit[1]
+
+
+def _make_unit(name: str, plan_key: str, strategy: str, params: float, hw: HardwareProfile,
+               plan: Plan, is_root: bool, largest_tensor: float | None, tensors: int) -> CommUnit:
     n, d = plan.shard_size, plan.devices
     cb, rb = compute_bytes(plan.precision), reduce_bytes(plan.precision)
     states = state_bytes(params, strategy, n, plan.optimizer)
@@ -198,10 +222,27 @@ class GroupTimes:
     host_bwd_s: float
 
 
+_TIMES: dict = {}                 # (ids of config, group, profile), dtype, tokens, slices -> (them, GroupTimes)
+_MAX_TIMES = 100_000
+
+
 def group_times(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: int,
                 slices: int = 1) -> GroupTimes:
     """The kernels of kernels.group_work costed on the profile (rates.py). Backward GEMMs: the
-    input gradient (M tokens, N in, K out) and the weight gradient (M out, N in, K tokens)."""
+    input gradient (M tokens, N in, K out) and the weight gradient (M out, N in, K tokens).
+    Cached by the identity of the (frozen) config, group and profile: every strategy of a group
+    at one micro-batch and split runs the same kernels, and the search costs them all."""
+    key = (id(spec.config), id(g), id(hw), dtype, tokens, slices)
+    hit = _TIMES.get(key)
+    if hit is None:
+        if len(_TIMES) >= _MAX_TIMES:
+            _TIMES.clear()
+        hit = _TIMES[key] = (spec.config, g, hw, _group_times(spec, g, hw, dtype, tokens, slices))
+    return hit[3]
+
+
+def _group_times(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: int,
+                 slices: int) -> GroupTimes:
     cb = compute_bytes(dtype)
     w: GroupWork = group_work(spec.config, g, tokens, cb, hw.device.kind == "cpu")
     fwd = {l.name: 0.0 for l in g.linears}
@@ -284,16 +325,22 @@ def root_step(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, plan: Plan, root
     cfg = spec.config
     tokens = plan.micro_batch * cfg.seq_len
     cb = compute_bytes(plan.precision)
-    fwd, bwd = _root_step_times(spec, g, hw, plan.precision, tokens, root)
+    fwd, bwd = root_step_times(spec, g, hw, plan.precision, tokens, root)
     head = g.kind == "head"
     logits = tokens * cfg.vocab_size
     # The head's backward peaks in the loss gradient (bwd_temp, 8 B per logit); the gradient of
     # its input comes after that is cast down and counts as the incoming gradient of the next
     # backward step, so the head has no act_grad of its own.
     return Step(g.name, 0, -1, fwd, bwd, g.activations.bytes_for(cb, tokens),
-                0.0 if head else 2.0 * tokens * cfg.hidden * cb,
+                0.0 if head else act_grad_bytes(spec, plan),
                 fwd_temp_bytes=logits * (cb + 4) if head else 0.0,
                 bwd_temp_bytes=logits * (4 + 4) if head else 0.0)
+
+
+def act_grad_bytes(spec: ModelSpec, plan: Plan) -> float:
+    """The gradient of a step's input activations while its backward runs: one hidden-sized
+    tensor per token in the compute dtype, and the one it computes from (2x)."""
+    return 2.0 * plan.micro_batch * spec.seq_len * spec.config.hidden * compute_bytes(plan.precision)
 
 
 def check_selective(spec: ModelSpec, plan: Plan) -> None:
@@ -320,7 +367,6 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
     cfg = spec.config
     tokens = plan.micro_batch * cfg.seq_len
     cb = compute_bytes(plan.precision)
-    act_grad = 2.0 * tokens * cfg.hidden * cb
 
     units: list[CommUnit] = [root_unit(spec, hw, plan)]
     steps: list[Step] = []
@@ -329,8 +375,7 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
             if g.plan_key == "root":
                 steps.append(root_step(spec, g, hw, plan, units[0]))
                 continue
-            act = g.activations.bytes_for(cb, tokens)
-            steps.extend(_lower_group(spec, g, unit.index, hw, plan, units, tokens, act, act_grad))
+            steps.extend(lower_group(spec, g, unit.index, hw, plan, units))
 
     sel = plan.selective
     ckpt_bytes = {u.index: (u.sac_activations if sel[u.index] else u.ckpt_activations).bytes_for(cb, tokens)
@@ -344,7 +389,7 @@ def lower(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> Lowered:
                    optimizer_temp, tokens, sel)
 
 
-def _root_step_times(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: int,
+def root_step_times(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: int,
                      root: CommUnit) -> tuple[float, float]:
     """Forward and backward of the embedding or the head. The root unit's hooks, its all-gather's
     copy-out and its gradients' copy-in are charged to the embedding (its first forward step and
@@ -386,10 +431,15 @@ def _step(hw: HardwareProfile, name: str, unit_index: int, u: CommUnit, block: i
                 act, act_grad, bwd_temp_bytes=bwd_temp, recompute_s=task_time_s(hw, dev_f, host_f))
 
 
-def _lower_group(spec: ModelSpec, g: OpGroup, block: int, hw: HardwareProfile, plan: Plan,
-                 units: list, tokens: int, act: float, act_grad: float) -> list[Step]:
+def lower_group(spec: ModelSpec, g: OpGroup, block: int, hw: HardwareProfile, plan: Plan,
+                units: list) -> list[Step]:
+    """The steps of one (non-root) group under the plan's choice for it, in forward order; its
+    units are appended to `units` (the steps' `unit` index into it)."""
     c = plan.choices[g.plan_key]
     dtype = plan.precision
+    tokens = plan.micro_batch * spec.seq_len
+    act = g.activations.bytes_for(compute_bytes(dtype), tokens)
+    act_grad = act_grad_bytes(spec, plan)
     k, j = c.slices, c.sharded_slices
     t = group_times(spec, g, hw, dtype, tokens, k)
     # measured for described groups (model/describe.py), 0 for the built-in families
@@ -434,7 +484,7 @@ def _lower_group(spec: ModelSpec, g: OpGroup, block: int, hw: HardwareProfile, p
 
 def selective_recompute(hw: HardwareProfile, g: OpGroup, c, steps: list[Step], t: GroupTimes,
                         hosts: list[float], out_bytes_per_feature: float) -> list[Step]:
-    """`steps` (one group, _lower_group's order: the group's step, then each Linear's sharded
+    """`steps` (one group, lower_group's order: the group's step, then each Linear's sharded
     slices) with what selective checkpointing (torchtitan 820504e2's op policy,
     runtime/selective.py) recomputes and keeps: it recomputes the memory-bound work and every mm
     it does not save, never the attention kernel (SDPA's outputs are saved); it keeps the outputs

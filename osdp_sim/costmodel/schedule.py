@@ -15,11 +15,12 @@ one communication stream in issue order. The optimizer step follows the last red
 
 from dataclasses import dataclass
 
+from osdp_sim.costmodel import rules
 from osdp_sim.costmodel.lowering import Lowered
+from osdp_sim.costmodel.rules import CATEGORIES, Checkpointed, Delta
 from osdp_sim.costmodel.simulate import Task
 
-CATEGORIES = ("params", "grads", "optimizer", "activations", "gathered_params", "reduce_buffers",
-              "temporaries")
+__all__ = ["CATEGORIES", "MemEvent", "StepSchedule", "build_step"]
 
 
 @dataclass(frozen=True)
@@ -40,64 +41,47 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
                optimizer: bool) -> StepSchedule:
     """One micro-step. `reduce`: gradients are reduced in this micro-step. `grads_resident`:
     sharded gradients from earlier micro-steps already exist. `unsharded_grads_resident`: unreduced
-    gradients accumulated by earlier micro-steps exist. `optimizer`: the step ends with it."""
+    gradients accumulated by earlier micro-steps exist. `optimizer`: the step ends with it.
+    The tasks and what each allocates are rules.py's records; this lays them out in FSDP2's order."""
     tasks: list[Task] = []
     events: list[MemEvent] = []
     units, steps = low.units, low.steps
 
-    def add(task: Task) -> int:
-        tasks.append(task)
-        return len(tasks) - 1
+    def mem(task: int, at: str, deltas: tuple[Delta, ...]) -> None:
+        events.extend(MemEvent(task, at, d.bytes, d.category) for d in deltas)
 
-    def mem(task: int, at: str, delta: float, cat: str) -> None:
-        if delta:
-            events.append(MemEvent(task, at, delta, cat))
+    def add(rec, deps=()) -> int:
+        stream = "compute" if isinstance(rec, rules.ComputeTask) else "comm"
+        tasks.append(Task(rec.name, stream, rec.work_s, rec.kind, tuple(deps)))
+        k = len(tasks) - 1
+        mem(k, "start", rec.at_start)
+        mem(k, "end", rec.at_end)
+        return k
 
     for u in units:                                       # resident before the step
-        mem(-1, "start", u.states.params, "params")
-        mem(-1, "start", u.states.optimizer, "optimizer")
-        if grads_resident:
-            mem(-1, "start", u.states.grads, "grads")
-        if unsharded_grads_resident:
-            mem(-1, "start", u.unsharded_grad_bytes, "grads")
+        mem(-1, "start", rules.resident(u, grads_resident=grads_resident,
+                                        unsharded_grads_resident=unsharded_grads_resident))
 
     # ---- forward ----
     gathered: dict[int, int] = {}            # unit -> all-gather task (gathered copy live)
     last_fwd_step = {s.unit: i for i, s in enumerate(steps)}
-    fwd_task: list[int] = []
     prev = None
-    block_of_ckpt_start: dict[int, int] = {}
+    ckpt_started: set[int] = set()           # checkpointed blocks whose first step has run
     for i, s in enumerate(steps):
         u = units[s.unit]
         deps = []
         if s.unit not in gathered:
-            issue = [] if prev is None else [(prev, "start")]
-            ag = add(Task(f"AG {u.name}", "comm", u.all_gather_s, _gather_kind(u), tuple(issue)))
-            mem(ag, "start", u.gathered_bytes, "gathered_params")
+            ag = add(rules.forward_gather(u), [] if prev is None else [(prev, "start")])
             gathered[s.unit] = ag
             deps.append((ag, "end"))
-        t = add(Task(f"fwd {s.name}", "compute", s.fwd_s, "fwd", tuple(deps)))
-        fwd_task.append(t)
-        ckpt = s.block >= 0 and low.checkpoint[s.block]
-        if ckpt:
-            # The checkpoint keeps the block input, which the first step would otherwise save
-            # itself; everything else is live only inside the forward (selective: but for the
-            # outputs of the ops it saves, SDPA's with the input, each step's mms with it).
-            transient = s.act_bytes
-            if s.block not in block_of_ckpt_start:
-                block_of_ckpt_start[s.block] = t
-                mem(t, "start", low.ckpt_bytes[s.block], "activations")
-                transient = max(0.0, transient - low.ckpt_bytes[s.block])
-            if _selective(low, s.block):
-                mem(t, "start", s.sac_saved_bytes, "activations")
-            mem(t, "start", transient, "activations")
-            mem(t, "end", -transient, "activations")
-        else:
-            mem(t, "start", s.act_bytes, "activations")
-        mem(t, "start", s.fwd_temp_bytes, "temporaries")
-        mem(t, "end", -s.fwd_temp_bytes, "temporaries")
-        if u.reshards_after_forward and last_fwd_step[s.unit] == i:
-            mem(t, "end", -u.gathered_bytes, "gathered_params")
+        ckpt = None
+        if s.block >= 0 and low.checkpoint[s.block]:
+            first = s.block not in ckpt_started
+            ckpt_started.add(s.block)
+            ckpt = Checkpointed(low.ckpt_bytes[s.block] if first else 0.0, _selective(low, s.block))
+        frees = u.reshards_after_forward and last_fwd_step[s.unit] == i
+        t = add(rules.forward(s, u, ckpt, frees), deps)
+        if frees:
             del gathered[s.unit]
         prev = t
 
@@ -119,21 +103,16 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
             return None
         u = units[unit]
         issue = () if issue_after is None else ((issue_after, "start"),)
-        ag = add(Task(f"AG(bwd) {u.name}", "comm", u.all_gather_s, _gather_kind(u), issue))
-        if _gather_kind(u) == "copy":
-            # FSDP2 does not all-gather over a shard group of one rank: a prefetch allocates
-            # nothing, the unit casts its copy in its own pre-backward (or the recompute's
-            # pre-forward).
+        ag = add(rules.backward_gather(u), issue)
+        if rules.copy_allocation(u):
             copy_due.add(unit)
-        else:
-            mem(ag, "start", u.gathered_bytes, "gathered_params")
         gathered[unit] = ag
         return ag
 
-    def allocate_copy(unit: int, task: int) -> None:
-        if unit in copy_due:
-            copy_due.discard(unit)
-            mem(task, "start", units[unit].gathered_bytes, "gathered_params")
+    def take_copy(unit: int) -> bool:
+        due = unit in copy_due
+        copy_due.discard(unit)
+        return due
 
     prev = None
     recomputed: set[int] = set()
@@ -150,35 +129,16 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
                     deps.append((ag, "end"))
                 elif steps[j].unit in gathered:
                     deps.append((gathered[steps[j].unit], "end"))
-            sel = _selective(low, s.block)
-            work = sum(steps[j].sac_recompute_s if sel else steps[j].recompute_work_s for j in block_steps[s.block])
-            rc = add(Task(f"recompute block{s.block}", "compute", work, "recompute", tuple(deps)))
-            for j in block_steps[s.block]:
-                allocate_copy(steps[j].unit, rc)
-            # Recompute re-saves the block's activations; the input it saves is the tensor the
-            # checkpoint already holds, so the block goes back to exactly its unchecked size.
-            for j in block_steps[s.block]:
-                mem(rc, "start", steps[j].act_bytes, "activations")
-            mem(rc, "start", -low.ckpt_bytes[s.block], "activations")
-            if sel:
-                # the saved outputs go back into the recomputed graph: the block is at its
-                # unchecked size again, as after a full recompute
-                mem(rc, "start", -sum(steps[j].sac_saved_bytes for j in block_steps[s.block]),
-                    "activations")
-            prev = rc
-        deps = []
+            mine = block_steps[s.block]
+            copies = tuple(units[steps[j].unit] for j in mine if take_copy(steps[j].unit))
+            prev = add(rules.recompute(s.block, tuple(steps[j] for j in mine), low.ckpt_bytes[s.block],
+                                       _selective(low, s.block), copies), deps)
         ag = gather_for_backward(s.unit, prev)
-        deps.append(((ag if ag is not None else gathered[s.unit]), "end"))
-        t = add(Task(f"bwd {s.name}", "compute", s.bwd_s, "bwd", tuple(deps)))
-        allocate_copy(s.unit, t)
-        mem(t, "start", s.act_grad_bytes + s.bwd_temp_bytes, "temporaries")
-        mem(t, "end", -(s.act_grad_bytes + s.bwd_temp_bytes), "temporaries")
-        mem(t, "end", -s.act_bytes, "activations")
-        if first_bwd_step[s.unit] == i and not unsharded_grads_resident:
-            # The weight gradients are the last outputs of a step's backward (autograd computes
-            # them after the input gradient, from the same saved tensors); MemTracker records
-            # none of them at the head's backward peak (docs/cost-model.md, memory timeline).
-            mem(t, "end", u.unsharded_grad_bytes, "grads")
+        last = last_bwd_step[s.unit] == i
+        t = add(rules.backward(s, u, allocates_copy=take_copy(s.unit),
+                               allocates_grad=first_bwd_step[s.unit] == i and not unsharded_grads_resident,
+                               frees_gathered=last),
+                [((ag if ag is not None else gathered[s.unit]), "end")])
         # Prefetch: the next backward step's gather is issued when this step starts, so it sits
         # on the communication stream before this step's gradient reduction.
         if pos + 1 < len(order):
@@ -186,37 +146,19 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
             nxt_ckpt = nxt.block >= 0 and low.checkpoint[nxt.block] and nxt.block not in recomputed
             if not nxt_ckpt and nxt.unit != s.unit:
                 gather_for_backward(nxt.unit, t)
-        if last_bwd_step[s.unit] == i:
-            mem(t, "end", -u.gathered_bytes, "gathered_params")
+        if last:
             del gathered[s.unit]
             if reduce:
-                _reduce(add, mem, u, t, grads_resident)
+                after = t
+                for c in rules.reductions(u, grads_resident=grads_resident):
+                    after = add(c, ((after, "end"),))
         prev = t
 
     if optimizer:
         deps = tuple((k, "end") for k, tk in enumerate(tasks) if tk.stream == "comm")[-1:]
-        op = add(Task("optimizer step", "compute", low.optimizer_s, "optimizer", deps))
-        mem(op, "start", low.optimizer_temp_bytes, "temporaries")
-        mem(op, "end", -low.optimizer_temp_bytes, "temporaries")
+        add(rules.optimizer_step(low.optimizer_s, low.optimizer_temp_bytes), deps)
     return StepSchedule(tasks, events)
 
 
 def _selective(low: Lowered, block: int) -> bool:
     return bool(low.selective) and low.selective[block]
-
-
-def _gather_kind(u) -> str:
-    # A ddp unit's "gather" is a local copy on the all-gather stream, not communication.
-    return "copy" if u.strategy == "ddp" else "all_gather"
-
-
-def _reduce(add, mem, u, after: int, grads_resident: bool) -> None:
-    rs = add(Task(f"{'RS' if u.reduce_kind == 'reduce_scatter' else 'AR'} {u.name}", "comm",
-                  u.reduce_s, u.reduce_kind, ((after, "end"),)))
-    mem(rs, "start", u.reduce_buffer_bytes, "reduce_buffers")
-    mem(rs, "end", -u.reduce_buffer_bytes, "reduce_buffers")
-    mem(rs, "end", -u.unsharded_grad_bytes, "grads")
-    if not grads_resident:
-        mem(rs, "end", u.states.grads, "grads")
-    if u.replica_all_reduce_s > 0:
-        add(Task(f"AR(replicas) {u.name}", "comm", u.replica_all_reduce_s, "all_reduce", ((rs, "end"),)))

@@ -6,7 +6,7 @@ stream, and a checkpointed block's forward once more; while overlapped both stre
 (overlap slowdown >= 1), so the iteration takes at least m x that compute work. The compute of a
 group does not depend on its strategy, only on its split k (operator splitting cuts each GEMM
 into k smaller ones, which may run at another efficiency): the least over the space's splits is a
-lower bound for every choice. It mirrors lowering._lower_group and _root_fwd_s term by term
+lower bound for every choice. It mirrors lowering.lower_group and root_step_times term by term
 (tests/test_search_limits.py checks it against the search's own step tables).
 
 Memory. At the start of backward everything kept from forward is live: resident states (at
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from osdp_sim.costmodel.fast import MEM_Q, Config
-from osdp_sim.costmodel.lowering import _root_step_times, calls_s, copy_in_s, group_times, root_unit
+from osdp_sim.costmodel.lowering import calls_s, copy_in_s, group_times, root_step_times, root_unit
 from osdp_sim.costmodel.rates import task_time_s
 from osdp_sim.costmodel.states import compute_bytes, state_bytes
 from osdp_sim.hardware.profile import HardwareProfile
@@ -61,7 +61,7 @@ class MicroBatchBounds:
 def group_compute_s(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: float,
                     k: int) -> tuple[float, float]:
     """(forward + backward, recompute) of a (non-root) group split in k slices (k = 1: unsplit),
-    no more than lowering._lower_group charges any of its plans: one collective call, no all-gather
+    no more than lowering.lower_group charges any of its plans: one collective call, no all-gather
     copy-out, the steps' device and host work pooled (max(sum, sum) <= sum of max)."""
     t = group_times(spec, g, hw, dtype, int(tokens), k)
     dev_f = t.fixed_fwd_s + k * sum(t.slice_fwd_s.values())
@@ -75,7 +75,7 @@ def group_compute_s(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str
 def root_compute_s(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str, tokens: float,
                    root) -> float:
     """lowering's embedding or head step, forward + backward."""
-    f, b = _root_step_times(spec, g, hw, dtype, int(tokens), root)
+    f, b = root_step_times(spec, g, hw, dtype, int(tokens), root)
     return f + b
 
 
