@@ -1,6 +1,6 @@
-"""Why the exact search is slow on the 28-choice space (docs/search.md, "Performance and known
-limits"): keys, labels and labels per key along the inner search of one configuration, and the
-bound's per-block price of every uniform checkpointed choice against its real per-block time.
+"""Why the exact search is slow on the 28-choice space (docs/benchmarks.md, "Search: history of
+what was tried"): keys, labels and labels per key along the inner search of one configuration,
+and the bound's per-block price of every uniform checkpointed choice against its real per-block time.
 
     python bench/search_diagnostics.py [--decisions 12] [--seconds 25]
 

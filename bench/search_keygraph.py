@@ -1,6 +1,6 @@
 """The key graph of one search configuration (osdp_sim/planner/keygraph.py): its size and cost, the
 configuration bound with and without it, and optionally the exact search on it. Reproduces the
-figures docs/search.md and docs/benchmarks.md quote for the key graph.
+figures docs/benchmarks.md quotes for the key graph.
 
     python bench/search_keygraph.py --micro-batch 7 --exact          # about 20 s
     python bench/search_keygraph.py --micro-batch 6                  # about 30 s: rules it out
