@@ -109,6 +109,16 @@ class StepCost:
     copy = property(lambda self: self.unit.strategy == "ddp")       # its "gather" is a local copy
 
     @cached_property
+    def forward_memo(self) -> dict:
+        """_forward_terms's cache for this step."""
+        return {}
+
+    @cached_property
+    def gathered_before_forward_bytes(self) -> float:
+        """What its own forward gather allocates (0: already gathered)."""
+        return 0.0 if self.forward_gather is None else rules.allocated_bytes(self.forward_gather.at_start)
+
+    @cached_property
     def agf(self) -> float | None:
         """Its own all-gather's work before its forward (None: already gathered)."""
         return None if self.forward_gather is None else self.forward_gather.work_s
@@ -355,7 +365,7 @@ def pending_of(st: StepCost, own_gather: bool = False) -> Pending:
 
 
 def _gathered_before_forward(st: StepCost) -> float:
-    return 0.0 if st.forward_gather is None else rules.allocated_bytes(st.forward_gather.at_start)
+    return st.gathered_before_forward_bytes
 
 
 def _recompute_task(steps: tuple, ck: float) -> rules.ComputeTask:
@@ -382,13 +392,26 @@ class StageOut:
     p_a: int = 0                  # "ckattn": those + the attention's recomputed activations (m2)
 
 
-def _forward_task(st: StepCost, ckpt: bool, first: bool, ck: float) -> rules.ComputeTask:
-    return st.forward_task(rules.Checkpointed(ck if first else 0.0, st.selective) if ckpt else None)
+class ForwardTerms(NamedTuple):
+    """A step's forward as a stage reads it (from rules.forward)."""
+
+    work_s: float
+    kept_bytes: float             # left live until its backward (with its own gather's copy)
+    start_bytes: float            # allocated when it starts (with its own gather's copy)
 
 
-def _kept(fwd: rules.ComputeTask, st: StepCost) -> float:
-    """What a step's forward leaves live until its backward (with its own gather's copy)."""
-    return _net(fwd.at_start) + _net(fwd.at_end) + _gathered_before_forward(st)
+def _forward_terms(st: StepCost, ckpt: bool, first: bool, ck: float) -> ForwardTerms:
+    """Cached on the step per (checkpointed, the checkpoint bytes its first step holds): the
+    search lays out many stages of the same steps."""
+    memo = st.forward_memo
+    key = (ckpt, ck if first else 0.0)
+    hit = memo.get(key)
+    if hit is None:
+        fwd = st.forward_task(rules.Checkpointed(key[1], st.selective) if ckpt else None)
+        own = _gathered_before_forward(st)
+        hit = memo[key] = ForwardTerms(fwd.work_s, _net(fwd.at_start) + _net(fwd.at_end) + own,
+                                       rules.allocated_bytes(fwd.at_start) + own)
+    return hit
 
 
 def mlp_first(mlp: tuple, pend: Pending) -> bool:
@@ -437,10 +460,9 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
     ckpt = kind in ("ckpt", "ckmlp", "ckattn")
     first_has_ck = kind in ("ckpt", "ckattn")
     n = len(steps)
-    fwd = [_forward_task(st, ckpt, i == 0 and first_has_ck, ck) for i, st in enumerate(steps)]
-    kept = [_kept(f, st) for f, st in zip(fwd, steps)]
+    fwd = [_forward_terms(st, ckpt, i == 0 and first_has_ck, ck) for i, st in enumerate(steps)]
     res_n = sum(st.res for st in steps)
-    s_n = res_n + sum(kept)
+    s_n = res_n + sum(f.kept_bytes for f in fwd)
     # forward segments and forward events
     dt = 0.0
     o_v = float("-inf")
@@ -452,9 +474,8 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
             nxt_agf, nxt_gath = pend.agf, pend.gath
         dt += seg(fwd[i].work_s, nxt_agf or 0.0, s)
         # at its start: what it allocates, its own gather's copy and the next step's prefetch
-        local = rules.allocated_bytes(fwd[i].at_start) + _gathered_before_forward(st) + nxt_gath
-        o_v = max(o_v, res_n + prefix + local)
-        prefix += kept[i]
+        o_v = max(o_v, res_n + prefix + fwd[i].start_bytes + nxt_gath)
+        prefix += fwd[i].kept_bytes
     if kind == "embed":
         dt += steps[0].agf or 0.0                       # the root all-gather starts the step
         o_v = max(o_v, res_n + _gathered_before_forward(steps[0]))   # and allocates the root's copy at t=0
