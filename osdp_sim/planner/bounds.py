@@ -237,7 +237,7 @@ class Bounds:
         tab = self.tab[g]
         T = np.empty_like(kc)
         M = np.empty(n)
-        plain, ck_attn, deferred = kind == 0, kind == 1, kind == 2
+        plain, ck_attn, deferred = kind == KEY_PLAIN, kind == KEY_CKMLP_DONE, kind == KEY_DEFERRED
         if plain.any():
             if self.positions[g][0] == "mlp":
                 T[plain] = kc[plain] + np.minimum(tab["A"], tab["B"] + expo_p[plain])
@@ -261,12 +261,14 @@ class Bounds:
 
 
 KEY_COLS = 7
+KEY_PLAIN, KEY_CKMLP_DONE, KEY_DEFERRED = 0, 1, 2      # key_row's kind (keystore.py's key types)
 
 
 def key_row(kind: int, pend: Pending | None, queue: tuple, c: int = -1) -> tuple:
-    """What the bounds read of a key: (kind: 0 plain, 1 checkpointed MLP done ("C"), 2 deferred
-    checkpointed MLP choice ("D"); the pending backward's work; its reductions' work; the queued
-    work; its own forward gather; 1 if it has no reductions (the head); the deferred choice)."""
+    """What the bounds read of a key: (kind: KEY_PLAIN, KEY_CKMLP_DONE (keystore.CkMlpDone) or
+    KEY_DEFERRED (keystore.DeferredMlp); the pending backward's work; its reductions' work; the
+    queued work; its own forward gather; 1 if it has no reductions (the head); the deferred
+    choice)."""
     if pend is None:
         return (kind, 0.0, 0.0, 0.0, 0.0, 1.0, c)
     return (kind, pend.b, sum(w for (w, *_r) in pend.items), sum(q[0] for q in queue), pend.agf or 0.0,

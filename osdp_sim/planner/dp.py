@@ -25,8 +25,9 @@ from osdp_sim.costmodel.fast import mlp_first, stage_on, start_label
 from osdp_sim.costmodel.lowering import optimizer_temp_sums
 from osdp_sim.planner.bounds import Bounds
 from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
-from osdp_sim.planner.keystore import KeyStore
-from osdp_sim.planner.labels import NCOL, NDELTA, ZERO, expand, padded, unique_inverse, update
+from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp, KeyStore
+from osdp_sim.planner.labels import (DT, NCOL, NDELTA, OPT, S_N, ZERO, T, Table, U, expand, label_row, padded, peaks,
+                                     unique_inverse, update)
 from osdp_sim.planner.merged import MergedView, grid_for
 from osdp_sim.planner.problem import Problem
 
@@ -145,7 +146,7 @@ class Engine:
         """The one label before any decision (the head's backward pending) and its key id."""
         pb = self.pb
         key0, lab0 = start_label(pb.root.head, pb.m, pb.s)
-        L = np.array([[lab0.t, lab0.u, lab0.v, lab0.y, lab0.pm, lab0.m1, lab0.m2]], dtype=np.int64)
+        L = np.array([label_row(lab0)], dtype=np.int64)
         return L, np.array([self.intern(key0)], dtype=np.int64)
 
     # ---- transitions -------------------------------------------------------------------
@@ -178,18 +179,18 @@ class Engine:
                     out, nk = self._st(key_id, sid, opt.steps, "group")
                 elif mlp_first(opt.steps, key[0]):
                     out, nk = self._st(key_id, sid, opt.steps, "ckmlp", b.ck)
-                    return self.intern(("C", nk)), out
+                    return self.intern(CkMlpDone(nk)), out
                 else:                                       # checkpointed: the whole block later
-                    return self.intern(("D", key_id, c)), ZERO
+                    return self.intern(DeferredMlp(key_id, c)), ZERO
             else:
                 aopt = pb.shapes[b.attn_shape][code]
                 sid = self._sids[b.attn_shape][code]
-                if key[0] == "D":
-                    mopt = pb.shapes[b.mlp_shape][key[2]]
-                    out, nk = self._st(key[1], (sid, self._sids[b.mlp_shape][key[2]]),
+                if isinstance(key, DeferredMlp):
+                    mopt = pb.shapes[b.mlp_shape][key.choice]
+                    out, nk = self._st(key.key_id, (sid, self._sids[b.mlp_shape][key.choice]),
                                        aopt.steps + mopt.steps, "ckpt", b.ck)
-                elif key[0] == "C":
-                    out, nk = self._st(key[1], sid, aopt.steps, "ckattn", b.ck)
+                elif isinstance(key, CkMlpDone):
+                    out, nk = self._st(key.key_id, sid, aopt.steps, "ckattn", b.ck)
                 else:
                     out, nk = self._st(key_id, sid, aopt.steps, "group")
         return nk, out
@@ -215,8 +216,8 @@ class Engine:
                 nk, d = self._stage(key_id, g, c)
                 nks.append(nk)
                 ds.append(d)
-            t = (np.array(codes, dtype=np.int64), np.array(nks, dtype=np.int64),
-                 np.array(ds, dtype=np.int64).reshape(len(codes), NDELTA))
+            t = Table(np.array(codes, dtype=np.int64), np.array(nks, dtype=np.int64),
+                      np.array(ds, dtype=np.int64).reshape(len(codes), NDELTA))
             self.tables[tk] = t
         return t
 
@@ -278,9 +279,9 @@ class Engine:
                 break
         finished = []
         if len(L) and keep_finished:
+            peak = peaks(L)
             for i in range(len(L)):
-                t_q, peak_q = int(L[i, 0]), int(max(L[i, 1], L[i, 3] + L[i, 4]))
-                finished.append(self._trace(i, history, t_q, peak_q))
+                finished.append(self._trace(i, history, int(L[i, T]), int(peak[i])))
         return DPResult(finished, stats, True, float("inf"), time.perf_counter() - t0)
 
     def path(self, attn: list[int], mlp: list[int], ckpt: list[bool]):
@@ -302,7 +303,7 @@ class Engine:
                 hit = self.single[tk] = (nk, np.array([d], dtype=np.int64))
             L = update(L, hit[1], pb.m, self.pm_sum)
             kid = hit[0]
-        return out, (int(L[0, 0]), int(max(L[0, 1], L[0, 3] + L[0, 4])))
+        return out, (int(L[0, T]), int(peaks(L)[0]))
 
     def frontier_bound(self, depth: int, *, pq_max: float = float("inf"), thr_q: float = float("inf"),
                        top_k: int = 1, max_labels: int = 20000) -> tuple[float, int]:
@@ -364,15 +365,15 @@ class Engine:
         # (the bound is nondecreasing in t and u).
         tmin = np.full(len(uk), np.iinfo(np.int64).max)
         umin = np.full(len(uk), np.iinfo(np.int64).max)
-        np.minimum.at(tmin, inv, L[:, 0])
-        np.minimum.at(umin, inv, L[:, 1])
+        np.minimum.at(tmin, inv, L[:, T])
+        np.minimum.at(umin, inv, L[:, U])
         D, NK, CODE = padded(tabs)
         g2 = g + 1
         if g2 < len(self.positions) and (np.isfinite(thr_q) or np.isfinite(pq_max)):
             rows, cols = np.nonzero(NK >= 0)
             best = np.zeros((len(rows), NCOL), dtype=np.int64)
-            best[:, 0] = tmin[rows] + m * D[rows, cols, 0] + D[rows, cols, 1]
-            best[:, 1] = umin[rows] + D[rows, cols, 2]
+            best[:, T] = tmin[rows] + m * D[rows, cols, DT] + D[rows, cols, OPT]
+            best[:, U] = umin[rows] + D[rows, cols, S_N]
             # (a merged graph bounds labels by their own merged ids: not per key)
             lb, mem_lb = self.lower_bounds(g2, best, NK[rows, cols], pq_max, graph if view is None else None)
             bad = (lb >= thr_q) | (mem_lb > pq_max)
@@ -393,14 +394,14 @@ class Engine:
             C, CK, CP, CC, LB, CM = C[keep], CK[keep], CP[keep], CC[keep], LB[keep], CM[keep]
         else:
             if len(C):
-                peak = np.maximum(C[:, 1], C[:, 3] + C[:, 4])
-                keep = (peak <= pq_max) & (C[:, 0] < (thr_fn(peak) if thr_fn is not None else thr_q))
+                peak = peaks(C)
+                keep = (peak <= pq_max) & (C[:, T] < (thr_fn(peak) if thr_fn is not None else thr_q))
                 stats.pruned_memory += int(np.count_nonzero(peak > pq_max))
-                stats.pruned_bound += int(np.count_nonzero((peak <= pq_max) & (C[:, 0] >= thr_q)))
+                stats.pruned_bound += int(np.count_nonzero((peak <= pq_max) & (C[:, T] >= thr_q)))
                 C, CK, CP, CC, CM = C[keep], CK[keep], CP[keep], CC[keep], CM[keep]
-            LB = C[:, 1].astype(float) if memory_only else C[:, 0].astype(float)
+            LB = C[:, U].astype(float) if memory_only else C[:, T].astype(float)
         if memory_only:
-            C[:, 0] = 0
+            C[:, T] = 0
         if deadline is not None and time.perf_counter() > deadline:
             raise _Timeout
         # dominance within each key
