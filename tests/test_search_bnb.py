@@ -5,6 +5,7 @@ random subsets of the choices, random limits including ones nothing fits. The op
 samples/s must be identical, and the plan too when the brute-force optimum is unique."""
 
 import random
+from dataclasses import replace
 
 import pytest
 from searchfixtures import enumerate_space, random_hw, random_spec
@@ -76,7 +77,7 @@ def test_search_equals_brute_force(chunk, probe, monkeypatch):
     over merged keys (merged.py), "merged-coarse" with the queued work rounded to 30% of a
     decision's mean time."""
     if probe != "default":
-        monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+        monkeypatch.setattr(bnb, "TUNING", replace(bnb.TUNING, probe_nodes=0))
     if probe.startswith("merged"):
         _merged_graphs_only(monkeypatch, 0.3 if probe == "merged-coarse" else 0.01)
     rng = random.Random(1000 + chunk)
@@ -113,7 +114,7 @@ def test_search_equals_brute_force(chunk, probe, monkeypatch):
 @pytest.mark.parametrize("probe", ["default", "graph", "merged-coarse"])
 def test_top_k_sorted_and_equal_to_brute_force(probe, monkeypatch):
     if probe != "default":
-        monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+        monkeypatch.setattr(bnb, "TUNING", replace(bnb.TUNING, probe_nodes=0))
     if probe == "merged-coarse":
         _merged_graphs_only(monkeypatch, 0.3)
     rng = random.Random(77)
@@ -217,7 +218,7 @@ def test_gap_tolerance_is_certified_against_brute_force(probe, monkeypatch):
     the optimum and the gap reported is at most the tolerance; on some instances the tolerance
     really cuts the search short (a plan below the optimum is returned)."""
     if probe == "graph":
-        monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+        monkeypatch.setattr(bnb, "TUNING", replace(bnb.TUNING, probe_nodes=0))
     rng = random.Random(77)
     checked = short = 0
     for _ in range(40):
@@ -273,7 +274,7 @@ def _selective_instance(rng: random.Random):
 @pytest.mark.parametrize("probe", ["default", "graph", "merged"])
 def test_search_with_selective_checkpointing_equals_brute_force(chunk, probe, monkeypatch):
     if probe != "default":
-        monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+        monkeypatch.setattr(bnb, "TUNING", replace(bnb.TUNING, probe_nodes=0))
     if probe == "merged":
         _merged_graphs_only(monkeypatch, 0.01)
     rng = random.Random(5000 + chunk)
