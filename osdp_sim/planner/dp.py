@@ -4,10 +4,12 @@ dominance between partial plans that share a key and bound pruning.
 Decisions, in order: for the last block down to the first, its MLP group (choice, checkpointed?)
 then its attention group; the embedding (nothing to choose) closes the plan. A checkpointed
 block is evaluated when its attention group is chosen (the recompute needs both groups), so an
-MLP decision with checkpointing only records the choice in the key ("deferred").
+MLP decision with checkpointing only records the choice in the key (keystore.DeferredMlp), unless
+its MLP can run first (keystore.CkMlpDone).
 
-A label is (t, U, V, Y, PM) in fixed point (costmodel/fast.py). Its future depends only on its
-key: the pending step, the reductions still queued and the deferred choice. Every stage update
+A label is a row (t, U, V, Y, PM, M1, M2) in fixed point (costmodel/fast.py; labels.py names
+the columns). Its future depends only on its key: the pending step, the reductions still queued
+and the deferred choice. Every stage update
 is monotone in each component (sums with constants and maxima), and the final (time, peak) is
 (t, max(U, Y + PM)), so a label whose components are all <= another's with the same key yields,
 under every completion, a plan no slower and no larger: the other can be dropped (kept when
@@ -33,6 +35,8 @@ from osdp_sim.planner.problem import Problem
 
 
 def positions_of(pb: Problem) -> list[tuple[str, int]]:
+    """The decisions in search order, as (kind, block index). Slot g is the point before decision
+    g: a label at slot g has made decisions 0 .. g-1 and waits for positions[g]."""
     out = []
     for b in range(len(pb.blocks) - 1, -1, -1):
         out.append(("mlp", b))
@@ -151,7 +155,7 @@ class Engine:
 
     # ---- transitions -------------------------------------------------------------------
     def _st(self, key_id: int, sid, steps: tuple, kind: str, ck: float = 0.0):
-        """stage() on a key and steps given by ids: (its deltas (see NDELTA), the id of its new key)."""
+        """stage() on a key and steps given by ids: (its deltas (labels.py's columns), the id of its new key)."""
         mk = (key_id, sid, kind, self.pb.s, ck, self.pm_sum)
         hit = self.store.stages.get(mk)
         if hit is None:
@@ -162,7 +166,7 @@ class Engine:
         return hit
 
     def _stage(self, key_id: int, g: int, code: int) -> tuple[int, tuple]:
-        """New key and deltas (see NDELTA) for decision g = code."""
+        """New key and deltas (labels.py's columns) of the decision at slot g taking `code`."""
         pb = self.pb
         kind, bi = self.positions[g]
         key = self.keys[key_id]
@@ -196,7 +200,7 @@ class Engine:
         return nk, out
 
     def table(self, key_id: int, g: int):
-        """(codes, new key ids, deltas (K, 8)) for every decision allowed at gap g."""
+        """The transitions (labels.Table) of key_id at slot g: one entry per code allowed there."""
         kind, bi = self.positions[g]
         sig = None
         if kind != "embed":
@@ -223,7 +227,7 @@ class Engine:
 
     def lower_bounds(self, g: int, C: np.ndarray, CK: np.ndarray, pq_max: float,
                      graph: KeyGraph | None = None, CM: np.ndarray | None = None):
-        """(time lower bound, memory lower bound) of labels C with keys CK waiting for g.
+        """(time lower bound, memory lower bound) of labels C with keys CK at slot g.
         graph: a KeyGraph valid for this limit and the caller's threshold (graph_for) to tighten
         them with; a graph over merged keys (merged.py) is read at the labels' own merged ids CM
         (without them it is not used)."""
@@ -260,7 +264,7 @@ class Engine:
         graph = self.graph_for(pq_max, thr_q if thr_fn is None else float("inf"))
         L, K = self.start()
         M = K.copy()                                            # merged ids (merged.py): the start's own
-        history: list[tuple[np.ndarray, np.ndarray]] = []      # per gap: (parent, code) of kept labels
+        history: list[tuple[np.ndarray, np.ndarray]] = []      # per slot: (parent, code) of kept labels
         n = len(self.positions)
         for g in range(n):
             if (deadline is not None and time.perf_counter() > deadline) or \
@@ -285,7 +289,7 @@ class Engine:
         return DPResult(finished, stats, True, float("inf"), time.perf_counter() - t0)
 
     def path(self, attn: list[int], mlp: list[int], ckpt: list[bool]):
-        """One plan through the same tables: [(gap, label row (1, NCOL), key id)] and the final
+        """One plan through the same tables: [(slot, label row (1, NCOL), key id)] and the final
         (t_q, peak_q). For tests of the bounds and of the tables."""
         pb = self.pb
         L, K = self.start()
@@ -301,8 +305,8 @@ class Engine:
             if hit is None:
                 nk, d = self._stage(kid, g, code)
                 hit = self.single[tk] = (nk, np.array([d], dtype=np.int64))
-            L = update(L, hit[1], pb.m, self.pm_sum)
-            kid = hit[0]
+            kid, deltas = hit
+            L = update(L, deltas, pb.m, self.pm_sum)
         return out, (int(L[0, T]), int(peaks(L)[0]))
 
     def frontier_bound(self, depth: int, *, pq_max: float = float("inf"), thr_q: float = float("inf"),
@@ -321,7 +325,7 @@ class Engine:
             nL, nK, _p, _c, nM = self._expand(g, L, K, thr_q, pq_max, top_k, stats, graph=graph, M=M)
             if len(nL) == 0:
                 return float("inf"), stats.nodes
-            if len(nL) > max_labels:                    # labels waiting for g: bound them there
+            if len(nL) > max_labels:                    # labels at slot g: bound them there
                 return self._open_bound(g, L, K, pq_max, graph, M), stats.nodes
             L, K, M = nL, nK, nM
         return self._open_bound(depth, L, K, pq_max, graph, M), stats.nodes
@@ -351,8 +355,8 @@ class Engine:
 
     def _expand(self, g, L, K, thr_q, pq_max, top_k, stats, beam=None, thr_fn=None, memory_only=False,
                 deadline=None, graph=None, M=None):
-        """Labels L (keys K, merged ids M) through decision g: (labels, keys, parent rows, codes,
-        merged ids) of those kept."""
+        """Labels L at slot g (keys K, merged ids M) through its decision: (labels, keys, parent
+        rows, codes, merged ids) of those kept, at slot g + 1."""
         m = self.pb.m
         view = None if graph is None else graph.view
         uk, inv = unique_inverse(K)

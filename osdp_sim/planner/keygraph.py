@@ -4,7 +4,7 @@ A label's future depends only on its key (dp.py), and a stage's time and its res
 bytes S are functions of (key, decision) alone: the label adds m * dt + opt to t and S to every
 event already counted (fast.apply: U' >= U + S). So the decisions form a layered graph whose
 nodes are (decision, key) and whose edges carry (time, S), and for a label (t, U) with key k
-waiting for decision g and any lambda >= 0, every completion that fits the limit pq has
+at slot g (waiting for decision g) and any lambda >= 0, every completion that fits the limit pq has
 sum S <= pq - U, hence
 
     T_rest >= min over paths from (g, k) of sum(time + lambda S) - lambda (pq - U)
