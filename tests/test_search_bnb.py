@@ -299,3 +299,23 @@ def test_search_with_selective_checkpointing_equals_brute_force(chunk, probe, mo
             s for s, c in zip(res.plan.selective, res.plan.checkpoint) if c))   # one policy per plan
         with_selective += any(res.plan.selective)
     assert checked > 0 and with_selective > 0
+
+
+def test_tuning_reaches_the_phases_and_changes_no_result():
+    """search(tuning=): with no probe every configuration left goes through its key graph (the
+    default probe finishes these small ones without one), and the plan and bound are the same."""
+    from osdp_sim.planner.tuning import SearchTuning
+    rng = random.Random(31)
+    graphs = 0
+    for _ in range(8):
+        spec, hw, space = _instance(rng)
+        limit = sorted(p[1] for p in _brute(spec, hw, space))[-1]
+        plain_cache: dict = {}
+        tuned_cache: dict = {}
+        plain = search(spec, hw, limit, space, cache=plain_cache)
+        tuned = search(spec, hw, limit, space, cache=tuned_cache, tuning=SearchTuning(probe_nodes=0))
+        assert not any(e.graph is not None for e in plain_cache["engines"].values())
+        graphs += sum(e.graph is not None for e in tuned_cache["engines"].values())
+        assert tuned.status == plain.status == "optimal"
+        assert tuned.prediction.samples_per_s == plain.prediction.samples_per_s
+    assert graphs > 0
