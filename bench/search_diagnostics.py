@@ -21,6 +21,7 @@ from osdp_sim.model.families import BUILTIN
 from osdp_sim.model.spec import build_spec
 from osdp_sim.planner.bnb import _limit_q
 from osdp_sim.planner.dp import Engine
+from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp
 from osdp_sim.planner.problem import build_problem
 from osdp_sim.planner.space import SearchSpace, group_choices
 
@@ -29,8 +30,10 @@ INCUMBENT_SPS = 23.82
 
 def _base_key(eng: Engine, key: tuple) -> tuple:
     """The key without the work left of the reduction at the head of the queue."""
-    if key[0] in ("C", "D"):
-        return (key[0], _base_key(eng, eng.keys[key[1]])) + tuple(key[2:])
+    if isinstance(key, CkMlpDone):
+        return ("ckmlp done", _base_key(eng, eng.keys[key.key_id]))
+    if isinstance(key, DeferredMlp):
+        return ("deferred", _base_key(eng, eng.keys[key.key_id]), key.choice)
     pend, queue = key
     if queue:
         queue = ((None,) + tuple(queue[0][1:]),) + tuple(queue[1:])

@@ -18,7 +18,7 @@ from osdp_sim.cli.common import positive_float, positive_int, run_script
 from osdp_sim.costmodel.fast import TIME_Q
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model
-from osdp_sim.planner.bnb import BEAM, REFINE_DEPTH, _configs, _limit_q
+from osdp_sim.planner.bnb import TUNING, _configs, _limit_q
 from osdp_sim.planner.dp import Engine
 from osdp_sim.planner.space import SearchSpace
 
@@ -48,7 +48,7 @@ def main():
           f"incumbent {args.incumbent}")
     L, K = eng.start()
     print(f"  relaxed bound: first decision {sps(eng.lower_bounds(0, L, K, pq)[0][0]):.3f}, "
-          f"last block decided {sps(eng.frontier_bound(REFINE_DEPTH, pq_max=pq, thr_q=thr)[0]):.3f} samples/s")
+          f"last block decided {sps(eng.frontier_bound(TUNING.refine_depth, pq_max=pq, thr_q=thr)[0]):.3f} samples/s")
     t = time.perf_counter()
     try:
         g = keygraph.KeyGraph(eng, keygraph.lambda_grid(eng.bounds.j_lam), pq, thr,
@@ -61,10 +61,10 @@ def main():
     print(f"  key graph: {g.size} nodes, at most {max(len(x) for x in g.levels)} keys per level, "
           f"{eng.stage_sims} stage simulations, {time.perf_counter() - t:.1f} s")
     print(f"  with the graph: first decision {sps(eng.lower_bounds(0, L, K, pq, graph=g)[0][0]):.3f}, "
-          f"last block decided {sps(eng.frontier_bound(REFINE_DEPTH, pq_max=pq, thr_q=thr)[0]):.3f} samples/s")
-    r = eng.run(pq_max=pq, thr_q=thr, beam=BEAM)
+          f"last block decided {sps(eng.frontier_bound(TUNING.refine_depth, pq_max=pq, thr_q=thr)[0]):.3f} samples/s")
+    r = eng.run(pq_max=pq, thr_q=thr, beam=TUNING.beam)
     best = max((samples / (f.t_q * TIME_Q) for f in r.finished), default=0.0)
-    print(f"  beam ({BEAM} labels per decision) on the graph: {best:.3f} samples/s")
+    print(f"  beam ({TUNING.beam} labels per decision) on the graph: {best:.3f} samples/s")
     if args.exact:
         inc = max(best, args.incumbent)
         r = eng.run(pq_max=pq, thr_q=samples / inc / TIME_Q)

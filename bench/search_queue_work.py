@@ -29,6 +29,7 @@ from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.load import load_model
 from osdp_sim.planner.bnb import _configs, _limit_q
 from osdp_sim.planner.dp import Engine
+from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp
 from osdp_sim.planner.merged import MergedView
 from osdp_sim.planner.space import SearchSpace
 
@@ -46,7 +47,7 @@ def compare_paths(eng: Engine, rng: random.Random, trials: int, smaller: bool) -
         for g in range(g0):
             kid, _d = eng._stage(kid, g, rng.choice(codes(g, kid)))
         key = eng.keys[kid]
-        if key[0] in ("C", "D") or len(key[1]) < 2:
+        if isinstance(key, (CkMlpDone, DeferredMlp)) or len(key[1]) < 2:
             continue
         pend, queue = key
         sizes.append(len(queue))

@@ -5,6 +5,7 @@ import io
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -104,7 +105,7 @@ def test_graph_caps_reach_the_search(capsys, monkeypatch):
     # with the probe off every configuration goes to the key graph; a cap of one key per level
     # abandons each graph, and the search still proves the optimum with the relaxed bounds
     import osdp_sim.planner.bnb as bnb
-    monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+    monkeypatch.setattr(bnb, "TUNING", replace(bnb.TUNING, probe_nodes=0))
     argv = TINY[:-2] + ["--micro-batch", "2", "--mem-limit", "50MiB", "--json"]   # ZeRO-2 (52 MiB) does not fit
     rc, out, err = run(argv + ["--graph-max-keys", "1"], capsys)
     assert rc == 0 and json.loads(out)["search"]["optimal"] is True

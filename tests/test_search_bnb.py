@@ -5,6 +5,7 @@ random subsets of the choices, random limits including ones nothing fits. The op
 samples/s must be identical, and the plan too when the brute-force optimum is unique."""
 
 import random
+from dataclasses import replace
 
 import pytest
 from searchfixtures import enumerate_space, random_hw, random_spec
@@ -76,7 +77,7 @@ def test_search_equals_brute_force(chunk, probe, monkeypatch):
     over merged keys (merged.py), "merged-coarse" with the queued work rounded to 30% of a
     decision's mean time."""
     if probe != "default":
-        monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+        monkeypatch.setattr(bnb, "TUNING", replace(bnb.TUNING, probe_nodes=0))
     if probe.startswith("merged"):
         _merged_graphs_only(monkeypatch, 0.3 if probe == "merged-coarse" else 0.01)
     rng = random.Random(1000 + chunk)
@@ -113,7 +114,7 @@ def test_search_equals_brute_force(chunk, probe, monkeypatch):
 @pytest.mark.parametrize("probe", ["default", "graph", "merged-coarse"])
 def test_top_k_sorted_and_equal_to_brute_force(probe, monkeypatch):
     if probe != "default":
-        monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+        monkeypatch.setattr(bnb, "TUNING", replace(bnb.TUNING, probe_nodes=0))
     if probe == "merged-coarse":
         _merged_graphs_only(monkeypatch, 0.3)
     rng = random.Random(77)
@@ -217,7 +218,7 @@ def test_gap_tolerance_is_certified_against_brute_force(probe, monkeypatch):
     the optimum and the gap reported is at most the tolerance; on some instances the tolerance
     really cuts the search short (a plan below the optimum is returned)."""
     if probe == "graph":
-        monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+        monkeypatch.setattr(bnb, "TUNING", replace(bnb.TUNING, probe_nodes=0))
     rng = random.Random(77)
     checked = short = 0
     for _ in range(40):
@@ -273,7 +274,7 @@ def _selective_instance(rng: random.Random):
 @pytest.mark.parametrize("probe", ["default", "graph", "merged"])
 def test_search_with_selective_checkpointing_equals_brute_force(chunk, probe, monkeypatch):
     if probe != "default":
-        monkeypatch.setattr(bnb, "PROBE_NODES", 0)
+        monkeypatch.setattr(bnb, "TUNING", replace(bnb.TUNING, probe_nodes=0))
     if probe == "merged":
         _merged_graphs_only(monkeypatch, 0.01)
     rng = random.Random(5000 + chunk)
@@ -298,3 +299,23 @@ def test_search_with_selective_checkpointing_equals_brute_force(chunk, probe, mo
             s for s, c in zip(res.plan.selective, res.plan.checkpoint) if c))   # one policy per plan
         with_selective += any(res.plan.selective)
     assert checked > 0 and with_selective > 0
+
+
+def test_tuning_reaches_the_phases_and_changes_no_result():
+    """search(tuning=): with no probe every configuration left goes through its key graph (the
+    default probe finishes these small ones without one), and the plan and bound are the same."""
+    from osdp_sim.planner.tuning import SearchTuning
+    rng = random.Random(31)
+    graphs = 0
+    for _ in range(8):
+        spec, hw, space = _instance(rng)
+        limit = sorted(p[1] for p in _brute(spec, hw, space))[-1]
+        plain_cache: dict = {}
+        tuned_cache: dict = {}
+        plain = search(spec, hw, limit, space, cache=plain_cache)
+        tuned = search(spec, hw, limit, space, cache=tuned_cache, tuning=SearchTuning(probe_nodes=0))
+        assert not any(e.graph is not None for e in plain_cache["engines"].values())
+        graphs += sum(e.graph is not None for e in tuned_cache["engines"].values())
+        assert tuned.status == plain.status == "optimal"
+        assert tuned.prediction.samples_per_s == plain.prediction.samples_per_s
+    assert graphs > 0

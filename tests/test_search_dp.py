@@ -33,3 +33,19 @@ def test_top_k_keeps_the_rows_fewer_than_k_kept_rows_of_their_key_dominate(seed,
     for i in range(len(C)):
         dominators = sum(1 for j in range(i) if keep[j] and CK[j] == CK[i] and np.all(C[j] <= C[i]))
         assert keep[i] == (dominators < top_k)
+
+
+def test_checkpoint_markers_intern_by_value_and_never_equal_other_keys():
+    """CkMlpDone and DeferredMlp (keystore.py) are values: equal markers share one id, markers of
+    different kinds, inner keys or choices do not, and neither equals a plain key or a tuple."""
+    from osdp_sim.planner.bounds import KEY_CKMLP_DONE, KEY_DEFERRED, KEY_PLAIN
+    from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp, KeyStore
+    store = KeyStore()
+    plain = store.intern((None, ()))
+    done, deferred = store.intern(CkMlpDone(plain)), store.intern(DeferredMlp(plain, 2))
+    assert len({plain, done, deferred}) == 3
+    assert store.intern(CkMlpDone(plain)) == done and store.intern(DeferredMlp(plain, 2)) == deferred
+    assert store.intern(DeferredMlp(plain, 1)) not in (plain, done, deferred)
+    assert CkMlpDone(plain) != (plain,) and DeferredMlp(plain, 2) != (plain, 2)
+    assert store.rows[[plain, done, deferred], 0].tolist() == [KEY_PLAIN, KEY_CKMLP_DONE, KEY_DEFERRED]
+    assert store.rows[deferred, -1] == 2

@@ -1,13 +1,22 @@
 """The compiled label expansion and key-graph passes (planner/labelfold.py) against plain
 Python references: fast.apply per (label, table entry), and per-key minima computed by hand."""
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 
 from osdp_sim.costmodel.fast import NEG, Label, StageOut, apply
+from osdp_sim.planner import labels
 from osdp_sim.planner.keygraph import _merge_min
-from osdp_sim.planner.labelfold import graph_back
-from osdp_sim.planner.labels import NCOL, NDELTA, expand, padded, unique_inverse, update
+from osdp_sim.planner.labelbounds import compiled_label_cols
+from osdp_sim.planner.labelfold import compiled_layout, graph_back
+from osdp_sim.planner.labels import (DT, LAYOUT, M1, M2, NCOL, NDELTA, O_M1, O_M2, O_V, O_Y, OPT, S_N, T, U, expand,
+                                     label_row, padded, unique_inverse, update)
+
+LABEL_COLS = {"t": "T", "u": "U", "v": "V", "y": "Y", "pm": "PM", "m1": "M1", "m2": "M2"}
+DELTA_COLS = {"dt": "DT", "opt": "OPT", "s_n": "S_N", "o_v": "O_V", "o_y": "O_Y", "d_y": "D_Y", "d_v": "D_V",
+              "pm": "NEW_PM", "o_m1": "O_M1", "o_m2": "O_M2", "g_a": "G_A", "p_a": "P_A"}
 
 
 def _rand(rng, shape, neg_cols=()):
@@ -18,16 +27,32 @@ def _rand(rng, shape, neg_cols=()):
     return x
 
 
-LABEL_NEG = (5, 6)                  # m1, m2
-DELTA_NEG = (3, 4, 8, 9)            # o_v, o_y, o_m1, o_m2
+LABEL_NEG = (M1, M2)
+DELTA_NEG = (O_V, O_Y, O_M1, O_M2)
 
 
 def _ref(lrow, drow, m, pm_sum):
-    lab = Label(*map(int, lrow))
-    d = list(map(int, drow))
-    out = StageOut(None, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11])
-    a = apply(lab, out, m, pm_sum)
-    return [a.t, a.u, a.v, a.y, a.pm, a.m1, a.m2]
+    lab = Label(**{f: int(lrow[getattr(labels, c)]) for f, c in LABEL_COLS.items()})
+    out = StageOut(None, **{f: int(drow[getattr(labels, c)]) for f, c in DELTA_COLS.items()})
+    return label_row(apply(lab, out, m, pm_sum))
+
+
+def test_columns_are_named_once_for_every_field_of_label_and_stageout():
+    """The label columns are fast.Label's fields, the delta columns StageOut's after its key, in
+    their order (fast.stage_fields returns the deltas as StageOut's fields), each one column."""
+    assert [f.name for f in fields(Label)] == list(LABEL_COLS)
+    assert [getattr(labels, c) for c in LABEL_COLS.values()] == list(range(NCOL))
+    assert [f.name for f in fields(StageOut)][1:] == list(DELTA_COLS)
+    assert [getattr(labels, c) for c in DELTA_COLS.values()] == list(range(NDELTA))
+    lab = Label(*range(10, 10 + NCOL))
+    assert label_row(lab) == [getattr(lab, f) for f in LABEL_COLS]
+
+
+def test_compiled_loops_hold_the_current_column_layout():
+    """numba freezes module constants into its cache: a stale cache would index other columns
+    (touch labelfold.py and labelbounds.py to rebuild it)."""
+    assert tuple(compiled_layout()) == LAYOUT
+    assert tuple(compiled_label_cols()) == (T, U)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -75,8 +100,9 @@ def test_least_row_per_key_and_backward_pass_match_loops(seed):
     for r in range(nkeys):
         es = range(e, e + sizes[r])
         for li, lam in enumerate(lams):
-            assert H[r, li] == min(float(m * ds[x, 0] + ds[x, 1]) + float(ds[x, 2]) * lam + Hn[nxt[x], li] for x in es)
-        assert M[r] == min(float(ds[x, 2]) + Mn[nxt[x]] for x in es)
+            assert H[r, li] == min(float(m * ds[x, DT] + ds[x, OPT]) + float(ds[x, S_N]) * lam + Hn[nxt[x], li]
+                                   for x in es)
+        assert M[r] == min(float(ds[x, S_N]) + Mn[nxt[x]] for x in es)
         e += sizes[r]
     assert np.isinf(H[nkeys]).all() and np.isinf(M[nkeys])
 

@@ -12,6 +12,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,14 +31,11 @@ from osdp_sim.planner.result import (STATUSES, EvaluatedPlan, MicroBatchOutcome,
                                     TopPlan)
 from osdp_sim.planner.space import (SearchSpace, checkpoint_variants, devices_of, grad_accum_of,
                                    shard_groups_of)
+from osdp_sim.planner.tuning import SearchTuning
 
-EVALUATED_CAP = 20000
-BEAM = 64
-BEAM_LABELS = 6400                        # beam width x decisions: a beam over 2,000 decisions is 3-4 wide
-NO_LIMIT_CAPS_FACTOR = 10                 # without a time limit a graph over the caps is tried again this much larger
-PROBE_NODES = 500_000                     # labels the exact search may create before the key graph is built
-REFINE_DEPTH = 2                         # decisions expanded exactly for a configuration's bound (the last block)
-MAX_MICRO_BATCH = 4096
+TUNING = SearchTuning()                   # search()'s default tuning (tuning.py), read at each call
+EVALUATED_CAP = 20000                     # complete plans kept in SearchResult.evaluated (a scatter, not a proof)
+MAX_MICRO_BATCH = 4096                    # micro-batches beyond are not listed without --micro-batch
 # search()'s default time limit, also the CLI's (osdp-sim search --time-limit): on communication-
 # bound rigs (PCIe) the exact search can take minutes on 48-layer models with the full space
 # (docs/search.md, "Performance and known limits"); by default it stops and reports the proven gap.
@@ -46,10 +44,10 @@ DEFAULT_PARETO_TIME_LIMIT_S = 600.0        # a front is many searches (osdp-sim 
 FIXED_POINT_MAX = 2 ** 60                 # the stage tables are int64 (fast.MEM_Q, TIME_Q units)
 
 
-def beam_width(c: "_Cfg") -> int:
-    """The beam for this configuration's problem: BEAM wide on models up to about 100 decisions,
-    narrower beyond (a 64-wide beam over a 1000-block model did not finish in 120 s), never below 4."""
-    return max(4, min(BEAM, BEAM_LABELS // max(1, len(c.engine.positions))))
+def beam_width(c: "_Cfg", tuning: SearchTuning) -> int:
+    """The beam for this configuration's problem: tuning.beam wide on models up to about
+    beam_labels / beam decisions, narrower beyond, never below min_beam (tuning.py)."""
+    return max(tuning.min_beam, min(tuning.beam, tuning.beam_labels // max(1, len(c.engine.positions))))
 
 
 @dataclass
@@ -68,6 +66,26 @@ class _Cfg:
     mem_lb_q: float                      # least possible live-byte peak (fixed point)
     engine: Engine | None = None
     ub_sps: float = math.inf
+
+
+@dataclass
+class _MicroBatchState:
+    """What one search() run knows of a micro-batch (SearchResult.per_micro_batch)."""
+
+    best_samples_per_s: float | None = None   # the best plan found with it (None: none)
+    bound_only: bool = True                   # no configuration of it was searched: ruled out by bounds
+
+
+@dataclass(frozen=True)
+class Found:
+    """A plan that fits, found by one search() run (the incumbent and the top-k)."""
+
+    samples_per_s: float                 # its throughput (from the fixed-point label)
+    peak_bytes: float                    # its estimate() peak memory
+    order: int                           # how many plans were kept before it: ties go to the first found
+    cfg: _Cfg                            # its configuration
+    finished: Finished                   # its choices and fixed-point (time, peak)
+    plan_key: tuple                      # (Config, attention, MLP and checkpoint choices): the same plan twice
 
 
 def _limit_q(limit_bytes: float, hw: HardwareProfile) -> int:
@@ -150,7 +168,7 @@ def _finished_value(pb: Problem, f: Finished, hw: HardwareProfile) -> tuple[floa
 def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: SearchSpace = SearchSpace(),
            *, time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, top_k: int = 1,
            progress: bool = False, cache: dict | None = None, graph_caps: GraphCaps = GraphCaps(),
-           rel_gap: float = 0.0) -> SearchResult:
+           rel_gap: float = 0.0, tuning: SearchTuning | None = None) -> SearchResult:
     """The plan with the highest samples/s whose estimate() peak memory is <= mem_limit_bytes.
 
     time_limit_s: stop then with the best plan found and a proven bound on anything better
@@ -161,14 +179,17 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
     branch-and-bound's relative gap tolerance, as scipy.optimize.milp's mip_rel_gap): whatever
     could only beat it by less is pruned; the result is "within_gap" with that gap certified.
     cache: a dict shared by calls with the same spec, hw and space (a sweep over limits): the
-    cost tables and the engines' stage tables are kept in it, so later calls reuse them."""
+    cost tables and the engines' stage tables are kept in it, so later calls reuse them.
+    tuning: how much work each phase spends before the next (tuning.py; None: bnb.TUNING); it
+    changes how soon a result comes, never what is proven."""
     if top_k < 1:
         raise UserError("top_k must be at least 1", field="top_k")
     if not 0.0 <= rel_gap < 1.0:
         raise UserError(f"the gap tolerance must be at least 0 and below 1; got {rel_gap}", field="rel_gap")
     check_time_limit(time_limit_s, "time_limit_s")
     try:
-        return _search(spec, hw, mem_limit_bytes, space, time_limit_s, top_k, progress, cache, graph_caps, rel_gap)
+        return _search(spec, hw, mem_limit_bytes, space, time_limit_s, top_k, progress, cache, graph_caps, rel_gap,
+                       TUNING if tuning is None else tuning)
     except OverflowError:
         raise UserError(f"{spec.name} on {hw.name} is beyond the search's fixed-point range (iteration times "
                         f"up to about {2 ** 62 * TIME_Q:.0f} s, peaks up to {2 ** 62 * MEM_Q / 2 ** 50:.0f} PiB); "
@@ -176,12 +197,16 @@ def search(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space: 
                         "model") from None
 
 
-def _search(spec, hw, mem_limit_bytes, space, time_limit_s, top_k, progress, cache, graph_caps, rel_gap):
+def _search(spec, hw, mem_limit_bytes, space, time_limit_s, top_k, progress, cache, graph_caps, rel_gap, tuning):
+    """The phases, in order: list the first round of configurations with their bounds; seed the
+    incumbent (uniform plans, then the optimum of the nested space without splits); then, round
+    by round, prove the listed configurations (_Search.prove: bounds, beams, probes or key
+    graphs, exact searches) and list the micro-batches whose bound still beats the incumbent."""
     t0 = time.perf_counter()
     cache = {} if cache is None else cache
     s = _Search(hw=hw, pq_max=_limit_q(mem_limit_bytes, hw), top_k=top_k, rel_gap=rel_gap, t0=t0,
                 deadline=None if time_limit_s is None else t0 + time_limit_s, progress=progress,
-                graph_caps=graph_caps)
+                graph_caps=graph_caps, tuning=tuning)
     problems, engines = cache.setdefault("problems", {}), cache.setdefault("engines", {})
     lister = _Lister(spec, hw, space, s, problems, engines, cache.setdefault("keys", KeyStore()))
     fitting = lister.first_round()
@@ -191,11 +216,12 @@ def _search(spec, hw, mem_limit_bytes, space, time_limit_s, top_k, progress, cac
     # the incumbent: uniform plans, the optimum of the nested space without splits (a plan of
     # this space too), then beam runs on the most promising configurations
     order = _by_bound(fitting)
-    s.uniform_plans(order[:6], time_limit_s)
+    s.uniform_plans(order[:tuning.uniform_configs], time_limit_s)
     if any(k > 1 for k in space.splits) and lister.bounds.fits().any() and not s.expired():
-        left = None if s.deadline is None else max(0.0, (s.deadline - time.perf_counter()) / 2)
+        left = None if s.deadline is None else \
+            max(0.0, (s.deadline - time.perf_counter()) * tuning.unsplit_time_fraction)
         sub = search(spec, hw, mem_limit_bytes, replace(space, splits=(1,)), time_limit_s=left, top_k=top_k,
-                     cache=cache.setdefault("unsplit", {}), graph_caps=graph_caps, rel_gap=rel_gap)
+                     cache=cache.setdefault("unsplit", {}), graph_caps=graph_caps, rel_gap=rel_gap, tuning=tuning)
         fitting += s.add_plans(sub, lister)
     order = fitting
     while order:
@@ -217,15 +243,12 @@ def _by_bound(cfgs: list) -> list:
     return sorted(cfgs, key=lambda c: (-c.ub_sps, c.config.micro_batch, c.config.shard_group, c.config.root))
 
 
-FIRST_ROUND_MICRO_BATCHES = 64           # a space with at most this many micro-batches is listed at once
-ROUND_MICRO_BATCHES = 16                  # later rounds: this many more, best bound first, doubling
-
-
 class _Lister:
     """The configurations of the space, listed lazily by micro-batch: the closed-form bound of
     mbbound.py says which micro-batches could still beat the incumbent; a round lists the next
     of them, best bound first, and the search proves them before the next round. The first
-    round takes every micro-batch when there are few, else the powers of two and the best bounds."""
+    round takes every micro-batch when there are few, else the powers of two and the best bounds
+    (SearchTuning.first_round_micro_batches, round_micro_batches)."""
 
     def __init__(self, spec, hw, space, s, problems: dict, engines: dict, keys: KeyStore):
         self.spec, self.hw, self.space, self.s = spec, hw, space, s
@@ -237,7 +260,7 @@ class _Lister:
         self.fitting: list = []               # ... whose memory lower bound fits
         self.by_cfg: dict = {}                # Config -> its _Cfg, of those
         self.listed: set = set()              # micro-batches listed
-        self.round = ROUND_MICRO_BATCHES
+        self.round = s.tuning.round_micro_batches
         self.bounds = self._bounds()
         self.ub = dict(zip(self.bounds.micro_batches.tolist(), self.bounds.ub_samples_per_s.tolist()))
         self.unlisted_open: list = []         # (micro-batch, bound) left when the deadline passed
@@ -286,7 +309,7 @@ class _Lister:
             self.listed.add(mb)
             for c in self._problems(mb):
                 self.cfgs.append(c)
-                self.s.per_mb.setdefault(mb, [None, True])
+                self.s.per_mb.setdefault(mb, _MicroBatchState())
                 if c.mem_lb_q > self.s.pq_max:
                     continue
                 if c.config not in self.engines:
@@ -308,9 +331,9 @@ class _Lister:
 
     def first_round(self) -> list:
         mbs = self.bounds.micro_batches.tolist()
-        if len(mbs) > FIRST_ROUND_MICRO_BATCHES:
+        if len(mbs) > self.s.tuning.first_round_micro_batches:
             powers = [mb for mb in mbs if mb & (mb - 1) == 0]
-            mbs = sorted(set(powers + self._open()[:ROUND_MICRO_BATCHES]))
+            mbs = sorted(set(powers + self._open()[:self.s.tuning.round_micro_batches]))
         return self._list(mbs)
 
     def next_round(self) -> list:
@@ -351,12 +374,13 @@ class _Search:
     and its phases after the configuration bounds, in the order search() calls them."""
 
     def __init__(self, *, hw: HardwareProfile, pq_max: int, top_k: int, rel_gap: float, t0: float, deadline: float | None,
-                 progress: bool, graph_caps: GraphCaps):
+                 progress: bool, graph_caps: GraphCaps, tuning: SearchTuning):
         self.hw, self.pq_max, self.top_k, self.rel_gap = hw, pq_max, top_k, rel_gap
         self.t0, self.deadline, self.progress, self.graph_caps = t0, deadline, progress, graph_caps
-        self.found: list = []                # (sps, peak, order, cfg, Finished, key), best first
+        self.tuning = tuning
+        self.found: list[Found] = []         # best first: most samples/s, then least peak, then first found
         self.evaluated: list[EvaluatedPlan] = []
-        self.per_mb: dict = {}               # micro-batch -> [best samples/s, ruled out by bound]
+        self.per_mb: dict[int, _MicroBatchState] = {}
         self.open_bounds: list[float] = []   # bounds of what a deadline left unsearched
         self.over_caps: set = set()          # configurations whose key graph passed the caps
         self.nodes = self.leaves = self.searched = 0
@@ -367,7 +391,7 @@ class _Search:
     def kth_best(self) -> float:
         if len(self.found) < self.top_k:
             return 0.0
-        return sorted((f[0] for f in self.found), reverse=True)[self.top_k - 1]
+        return sorted((f.samples_per_s for f in self.found), reverse=True)[self.top_k - 1]
 
     def goal(self) -> float:
         """What a plan must beat to be searched for: the k-th best so far, raised by rel_gap."""
@@ -381,9 +405,9 @@ class _Search:
                 self.evaluated.append(EvaluatedPlan(peak, sps))
             if f.peak_q <= self.pq_max:
                 key = (c.config, tuple(f.attn), tuple(f.mlp), tuple(f.ckpt))
-                if all(k[5] != key for k in self.found):
-                    self.found.append((sps, peak, len(self.found), c, f, key))
-        self.found.sort(key=lambda x: (-x[0], x[1], x[2]))
+                if all(k.plan_key != key for k in self.found):
+                    self.found.append(Found(sps, peak, len(self.found), c, f, key))
+        self.found.sort(key=lambda x: (-x.samples_per_s, x.peak_bytes, x.order))
         del self.found[max(self.top_k, 1) * 4:]
 
     def run(self, c: _Cfg, best_k: float, **kw):
@@ -395,9 +419,9 @@ class _Search:
         return r
 
     def uniform_plans(self, cfgs: list, time_limit_s: float | None) -> None:
-        """Every uniform plan (one choice everywhere) of these configurations, within a tenth of
-        the time limit."""
-        until = None if self.deadline is None else self.t0 + 0.1 * time_limit_s
+        """Every uniform plan (one choice everywhere) of these configurations, within
+        SearchTuning.uniform_time_fraction of the time limit."""
+        until = None if self.deadline is None else self.t0 + self.tuning.uniform_time_fraction * time_limit_s
         for c in cfgs:
             if until is not None and time.perf_counter() > until:
                 break
@@ -432,10 +456,10 @@ class _Search:
         order = _by_bound(fitting)
         self.refine_bounds(order)
         order = _by_bound(order)
-        self.beams(order[:3])
+        self.beams(order[:self.tuning.beam_configs])
         best_of: dict = {}
         for f in self.found:
-            best_of[f[3].config] = max(best_of.get(f[3].config, 0.0), f[0])
+            best_of[f.cfg.config] = max(best_of.get(f.cfg.config, 0.0), f.samples_per_s)
         # those with the best plan so far first: under a time limit the best plans are found sooner
         order.sort(key=lambda c: (-best_of.get(c.config, 0.0), -c.ub_sps, c.config.micro_batch,
                                   c.config.shard_group, c.config.root))
@@ -448,7 +472,7 @@ class _Search:
         for c in cfgs:
             if self.expired() or c.ub_sps <= self.goal():
                 continue
-            self.run(c, self.goal(), beam=beam_width(c))
+            self.run(c, self.goal(), beam=beam_width(c, self.tuning))
 
     # -- bounds ----------------------------------------------------------------------------------
 
@@ -460,13 +484,13 @@ class _Search:
                 break
             best_k = self.goal()
             if c.ub_sps > best_k:
-                c.ub_sps = min(c.ub_sps, _refined_ub(c, self.pq_max, best_k, self.top_k))
+                c.ub_sps = min(c.ub_sps, _refined_ub(c, self.pq_max, best_k, self.top_k, self.tuning.refine_depth))
 
     def bound_by_graph(self, c: _Cfg, best_k: float) -> None:
         """Tighten c.ub_sps with its new key graph: at the start, then after the last block."""
         c.ub_sps = min(c.ub_sps, _config_ub(c, self.pq_max, _thr_q(c, best_k)))
         if c.ub_sps > best_k:
-            c.ub_sps = min(c.ub_sps, _refined_ub(c, self.pq_max, best_k, self.top_k))
+            c.ub_sps = min(c.ub_sps, _refined_ub(c, self.pq_max, best_k, self.top_k, self.tuning.refine_depth))
 
     # -- the proof -------------------------------------------------------------------------------
 
@@ -483,9 +507,9 @@ class _Search:
             if self.expired():
                 self.stop_at(order[i:], best_k)
                 break
-            r = self.run(c, best_k, top_k=self.top_k, max_nodes=PROBE_NODES)
+            r = self.run(c, best_k, top_k=self.top_k, max_nodes=self.tuning.probe_nodes)
             if r.complete:
-                self.per_mb[c.config.micro_batch][1] = False
+                self.per_mb[c.config.micro_batch].bound_only = False
                 self.searched += 1
                 self.say(f"exact with the relaxed bounds, {r.stats.nodes} nodes, {r.seconds:.2f} s", c)
                 c.ub_sps = 0.0                                   # done: its plans are in `found`
@@ -495,7 +519,7 @@ class _Search:
             if built == "built":
                 self.bound_by_graph(c, best_k)
                 if c.ub_sps > best_k:
-                    self.run(c, best_k, beam=beam_width(c))
+                    self.run(c, best_k, beam=beam_width(c, self.tuning))
                 self.say_graph(c)
             elif built == "deadline":
                 self.stop_at(order[i:], best_k)
@@ -515,7 +539,7 @@ class _Search:
     def exact_searches(self, cfgs: list) -> None:
         """The exact search of each configuration that may still beat the incumbent. Without a
         time limit, one left with the merged graph or none first gets the real-key graph once
-        more with NO_LIMIT_CAPS_FACTOR times the caps (the relaxed bounds alone may not end on
+        more with SearchTuning.no_limit_caps_factor times the caps (the relaxed bounds alone may not end on
         communication-bound chains; the merged graph prunes memory less)."""
         for i, c in enumerate(cfgs):
             best_k = self.goal()
@@ -526,7 +550,7 @@ class _Search:
                 break
             merged = c.engine.graph is not None and c.engine.graph.view is not None
             if self.deadline is None and (c.config in self.over_caps or merged):
-                bigger = self.graph_caps.scaled(NO_LIMIT_CAPS_FACTOR)
+                bigger = self.graph_caps.scaled(self.tuning.no_limit_caps_factor)
                 self.say(f"no time limit: key graph again with caps {bigger.max_level_keys} keys per level, "
                          f"{bigger.max_stage_sims} stage simulations", c)
                 if c.engine.build_graph(self.pq_max, _thr_q(c, best_k), None, bigger,
@@ -537,7 +561,7 @@ class _Search:
                     if c.ub_sps <= best_k:
                         c.ub_sps = 0.0                           # ruled out by its graph
                         continue
-            self.per_mb[c.config.micro_batch][1] = False
+            self.per_mb[c.config.micro_batch].bound_only = False
             r = self.run(c, best_k, top_k=self.top_k)
             self.searched += 1
             self.say(f"{r.stats.nodes} nodes, {len(r.finished)} plans, {r.seconds:.2f} s", c)
@@ -570,12 +594,12 @@ class _Search:
                lister: _Lister, problems: dict) -> SearchResult:
         cfgs, order = lister.cfgs, lister.fitting
         per_mb = self.per_mb
-        for sps, _peak, _o, c, _f, _k in self.found:
-            cur = per_mb[c.config.micro_batch][0]
-            per_mb[c.config.micro_batch][0] = sps if cur is None else max(cur, sps)
+        for f in self.found:
+            st, sps = per_mb[f.cfg.config.micro_batch], f.samples_per_s
+            st.best_samples_per_s = sps if st.best_samples_per_s is None else max(st.best_samples_per_s, sps)
         top = []
-        for _sps, _peak, _o, c, f, _k in self.found[:self.top_k]:
-            plan = c.problem.plan(f.attn, f.mlp, f.ckpt)
+        for f in self.found[:self.top_k]:
+            plan = f.cfg.problem.plan(f.finished.attn, f.finished.mlp, f.finished.ckpt)
             top.append(TopPlan(plan, estimate(spec, hw, plan)))
         best = top[0].prediction.samples_per_s if top else 0.0
         open_bounds = self.open_bounds
@@ -590,8 +614,9 @@ class _Search:
                           for c in order if timed_out and c.ub_sps > self.goal())   # (below: within rel_gap)
         common = dict(
             top=tuple(top), nodes=self.nodes, leaves=self.leaves,
-            per_micro_batch=tuple(MicroBatchOutcome(mb, best_sps, bound_only and best_sps is None)
-                                  for mb, (best_sps, bound_only) in sorted(per_mb.items())),
+            per_micro_batch=tuple(MicroBatchOutcome(mb, st.best_samples_per_s,
+                                                    st.bound_only and st.best_samples_per_s is None)
+                                  for mb, st in sorted(per_mb.items())),
             evaluated=tuple(self.evaluated),
             configs=len(cfgs), configs_searched=self.searched, open_configs=open_cfgs,
             model=spec, hardware=hw, mem_limit_bytes=mem_limit_bytes)
@@ -685,11 +710,11 @@ def _config_ub(c: _Cfg, pq_max: float, thr_q: float = math.inf) -> float:
     return c.problem.samples / (max(lb[0], 1.0) * TIME_Q)
 
 
-def _refined_ub(c: _Cfg, pq_max: float, best_sps: float, top_k: int) -> float:
+def _refined_ub(c: _Cfg, pq_max: float, best_sps: float, top_k: int, depth: int) -> float:
     """Upper bound on samples/s of any fitting plan of this configuration faster than
-    best_sps: the first REFINE_DEPTH decisions expanded exactly (Engine.frontier_bound)."""
+    best_sps: the first `depth` decisions expanded exactly (Engine.frontier_bound)."""
     thr_q = (c.problem.samples / best_sps / TIME_Q) if best_sps > 0 else math.inf
-    lb_q, _nodes = c.engine.frontier_bound(REFINE_DEPTH, pq_max=pq_max, thr_q=thr_q, top_k=top_k)
+    lb_q, _nodes = c.engine.frontier_bound(depth, pq_max=pq_max, thr_q=thr_q, top_k=top_k)
     if not math.isfinite(lb_q):
         return 0.0
     return c.problem.samples / (max(lb_q, 1.0) * TIME_Q)
@@ -760,7 +785,7 @@ def min_peak(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSp
             for f in _uniform_finished(c.problem, eng):      # a lean plan at once, should the deadline come
                 if f.peak_q < best_q:
                     best_q, best = f.peak_q, (c, f)
-            r = eng.run(pq_max=(best_q - 1) if math.isfinite(best_q) else math.inf, beam=BEAM, memory_only=True,
+            r = eng.run(pq_max=(best_q - 1) if math.isfinite(best_q) else math.inf, beam=TUNING.beam, memory_only=True,
                         deadline=deadline)
             cand = min((f.peak_q for f in r.finished), default=math.inf)
             if r.complete:
@@ -803,7 +828,7 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
     cache: dict = {}
     cfgs = [c for c in _configs(spec, hw, space, pq_max, cache, deadline) if c.mem_lb_q <= pq_max]
     proven = deadline is None or time.perf_counter() <= deadline
-    pts: list = []                       # (peak_q-based bytes, sps, cfg, Finished)
+    pts: list[_FrontCandidate] = []
     evaluated: list = []
     nodes = 0
     front_peak = np.zeros(0)
@@ -837,24 +862,34 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
             if len(evaluated) < EVALUATED_CAP:
                 evaluated.append((peak, sps))
             if peak >= lo:
-                pts.append((peak, sps, c, f))
+                pts.append(_FrontCandidate(peak, sps, c, f))
         front_peak, front_sps = _front_arrays(pts)
         _progress(f"pareto: mb {c.config.micro_batch} root {c.config.root}: {r.stats.nodes} nodes", progress)
-    pts.sort(key=lambda p: (p[0], -p[1], p[2].config.micro_batch))
+    pts.sort(key=lambda p: (p.peak_bytes, -p.samples_per_s, p.cfg.config.micro_batch))
     front = []
     best = -1.0
-    for peak, sps, c, f in pts:
-        if sps > best:
-            plan = c.problem.plan(f.attn, f.mlp, f.ckpt)
-            front.append((peak, sps, plan))
-            best = sps
+    for p in pts:
+        if p.samples_per_s > best:
+            f = p.finished
+            front.append((p.peak_bytes, p.samples_per_s, p.cfg.problem.plan(f.attn, f.mlp, f.ckpt)))
+            best = p.samples_per_s
     return ParetoResult(front, evaluated, time.perf_counter() - t0, nodes, proven)
 
 
-def _front_arrays(pts):
+class _FrontCandidate(NamedTuple):
+    """A complete plan of pareto_front's searches, a front point if nothing found dominates it."""
+
+    peak_bytes: float                    # its estimate() peak memory (from the fixed-point label)
+    samples_per_s: float
+    cfg: _Cfg
+    finished: Finished
+
+
+def _front_arrays(pts: list[_FrontCandidate]):
+    """(peaks ascending, best samples/s at a peak up to each): what a new plan must beat."""
     if not pts:
         return np.zeros(0), np.zeros(0)
-    arr = sorted((p[0], p[1]) for p in pts)
+    arr = sorted((p.peak_bytes, p.samples_per_s) for p in pts)
     peaks = np.array([a[0] for a in arr])
     sps = np.maximum.accumulate(np.array([a[1] for a in arr]))
     return peaks, sps

@@ -101,7 +101,8 @@ class ShapeTerms:
 
 
 class Bounds:
-    """Bound tables for one problem; gap g waits for decision positions[g] (dp.positions_of)."""
+    """Bound tables for one problem, per slot g: the labels there wait for decision positions[g]
+    (dp.positions_of)."""
 
     def __init__(self, pb: Problem, positions: list[tuple[str, int]]):
         self.pb = pb
@@ -184,9 +185,9 @@ class Bounds:
             mem_blk[sig, is_last] = min(mems)
             mem_a_nc[sig, is_last] = ta.s_nc.min()
             mem_a_ck[sig, is_last] = ta.s_ck.min() + b.ck / MEM_Q
-        # Gap tables, from the embedding up. acc[f] = least value of everything below, given
+        # Slot tables, from the embedding up. acc[f] = least value of everything below, given
         # that the lowest decided block above it has flag f... i.e. acc[f] is indexed by the flag
-        # of the last block added (the one just below the gap).
+        # of the last block added (the one just below the slot).
         n = len(positions)
         self.tab: dict = {}
         self.mem = np.zeros(n + 1)
@@ -222,9 +223,9 @@ class Bounds:
 
     # ---- key-dependent parts ------------------------------------------------------------------
     def key_terms(self, g: int, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For labels waiting for decision g whose keys are summarised by the rows R (key_row):
-        ((N, J) time units of everything undecided, before subtracting lambda * budget; (N,)
-        memory lower bound of the undecided)."""
+        """For labels at slot g (waiting for decision positions[g]) whose keys are summarised by
+        the rows R (key_row): ((N, J) time units of everything undecided, before subtracting
+        lambda * budget; (N,) memory lower bound of the undecided)."""
         n = len(R)
         if g >= len(self.positions):
             return np.zeros((n, len(self.j_lam))), np.zeros(n)
@@ -237,7 +238,7 @@ class Bounds:
         tab = self.tab[g]
         T = np.empty_like(kc)
         M = np.empty(n)
-        plain, ck_attn, deferred = kind == 0, kind == 1, kind == 2
+        plain, ck_attn, deferred = kind == KEY_PLAIN, kind == KEY_CKMLP_DONE, kind == KEY_DEFERRED
         if plain.any():
             if self.positions[g][0] == "mlp":
                 T[plain] = kc[plain] + np.minimum(tab["A"], tab["B"] + expo_p[plain])
@@ -261,12 +262,14 @@ class Bounds:
 
 
 KEY_COLS = 7
+KEY_PLAIN, KEY_CKMLP_DONE, KEY_DEFERRED = 0, 1, 2      # key_row's kind (keystore.py's key types)
 
 
 def key_row(kind: int, pend: Pending | None, queue: tuple, c: int = -1) -> tuple:
-    """What the bounds read of a key: (kind: 0 plain, 1 checkpointed MLP done ("C"), 2 deferred
-    checkpointed MLP choice ("D"); the pending backward's work; its reductions' work; the queued
-    work; its own forward gather; 1 if it has no reductions (the head); the deferred choice)."""
+    """What the bounds read of a key: (kind: KEY_PLAIN, KEY_CKMLP_DONE (keystore.CkMlpDone) or
+    KEY_DEFERRED (keystore.DeferredMlp); the pending backward's work; its reductions' work; the
+    queued work; its own forward gather; 1 if it has no reductions (the head); the deferred
+    choice)."""
     if pend is None:
         return (kind, 0.0, 0.0, 0.0, 0.0, 1.0, c)
     return (kind, pend.b, sum(w for (w, *_r) in pend.items), sum(q[0] for q in queue), pend.agf or 0.0,

@@ -1,7 +1,8 @@
 """The dominance filter of dp.pareto_by_key, compiled (osdp_sim/jit.py).
 
-Rows are sorted by (key, columns...), so a row can only be dominated (<= in every column) by an
-earlier row of its key, and column 0 is then <= already; dominance is transitive, so the kept
+The rows are any integer columns (the search's labels, labels.py); they are sorted by (key,
+columns in index order...), so a row can only be dominated (<= in every column) by an earlier
+row of its key, and its first column (labels.T) is then <= already; dominance is transitive, so the kept
 rows of the key suffice. Before scanning them a row is tested against two shortcuts that settle
 most rows: below the least kept value in some column, nothing dominates it; else the kept rows
 least in each column are tried first."""

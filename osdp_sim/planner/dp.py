@@ -4,10 +4,12 @@ dominance between partial plans that share a key and bound pruning.
 Decisions, in order: for the last block down to the first, its MLP group (choice, checkpointed?)
 then its attention group; the embedding (nothing to choose) closes the plan. A checkpointed
 block is evaluated when its attention group is chosen (the recompute needs both groups), so an
-MLP decision with checkpointing only records the choice in the key ("deferred").
+MLP decision with checkpointing only records the choice in the key (keystore.DeferredMlp), unless
+its MLP can run first (keystore.CkMlpDone).
 
-A label is (t, U, V, Y, PM) in fixed point (costmodel/fast.py). Its future depends only on its
-key: the pending step, the reductions still queued and the deferred choice. Every stage update
+A label is a row (t, U, V, Y, PM, M1, M2) in fixed point (costmodel/fast.py; labels.py names
+the columns). Its future depends only on its key: the pending step, the reductions still queued
+and the deferred choice. Every stage update
 is monotone in each component (sums with constants and maxima), and the final (time, peak) is
 (t, max(U, Y + PM)), so a label whose components are all <= another's with the same key yields,
 under every completion, a plan no slower and no larger: the other can be dropped (kept when
@@ -25,13 +27,16 @@ from osdp_sim.costmodel.fast import mlp_first, stage_on, start_label
 from osdp_sim.costmodel.lowering import optimizer_temp_sums
 from osdp_sim.planner.bounds import Bounds
 from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
-from osdp_sim.planner.keystore import KeyStore
-from osdp_sim.planner.labels import NCOL, NDELTA, ZERO, expand, padded, unique_inverse, update
+from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp, KeyStore
+from osdp_sim.planner.labels import (DT, NCOL, NDELTA, OPT, S_N, ZERO, T, Table, U, expand, label_row, padded, peaks,
+                                     unique_inverse, update)
 from osdp_sim.planner.merged import MergedView, grid_for
 from osdp_sim.planner.problem import Problem
 
 
 def positions_of(pb: Problem) -> list[tuple[str, int]]:
+    """The decisions in search order, as (kind, block index). Slot g is the point before decision
+    g: a label at slot g has made decisions 0 .. g-1 and waits for positions[g]."""
     out = []
     for b in range(len(pb.blocks) - 1, -1, -1):
         out.append(("mlp", b))
@@ -145,12 +150,12 @@ class Engine:
         """The one label before any decision (the head's backward pending) and its key id."""
         pb = self.pb
         key0, lab0 = start_label(pb.root.head, pb.m, pb.s)
-        L = np.array([[lab0.t, lab0.u, lab0.v, lab0.y, lab0.pm, lab0.m1, lab0.m2]], dtype=np.int64)
+        L = np.array([label_row(lab0)], dtype=np.int64)
         return L, np.array([self.intern(key0)], dtype=np.int64)
 
     # ---- transitions -------------------------------------------------------------------
     def _st(self, key_id: int, sid, steps: tuple, kind: str, ck: float = 0.0):
-        """stage() on a key and steps given by ids: (its deltas (see NDELTA), the id of its new key)."""
+        """stage() on a key and steps given by ids: (its deltas (labels.py's columns), the id of its new key)."""
         mk = (key_id, sid, kind, self.pb.s, ck, self.pm_sum)
         hit = self.store.stages.get(mk)
         if hit is None:
@@ -161,7 +166,7 @@ class Engine:
         return hit
 
     def _stage(self, key_id: int, g: int, code: int) -> tuple[int, tuple]:
-        """New key and deltas (see NDELTA) for decision g = code."""
+        """New key and deltas (labels.py's columns) of the decision at slot g taking `code`."""
         pb = self.pb
         kind, bi = self.positions[g]
         key = self.keys[key_id]
@@ -178,24 +183,24 @@ class Engine:
                     out, nk = self._st(key_id, sid, opt.steps, "group")
                 elif mlp_first(opt.steps, key[0]):
                     out, nk = self._st(key_id, sid, opt.steps, "ckmlp", b.ck)
-                    return self.intern(("C", nk)), out
+                    return self.intern(CkMlpDone(nk)), out
                 else:                                       # checkpointed: the whole block later
-                    return self.intern(("D", key_id, c)), ZERO
+                    return self.intern(DeferredMlp(key_id, c)), ZERO
             else:
                 aopt = pb.shapes[b.attn_shape][code]
                 sid = self._sids[b.attn_shape][code]
-                if key[0] == "D":
-                    mopt = pb.shapes[b.mlp_shape][key[2]]
-                    out, nk = self._st(key[1], (sid, self._sids[b.mlp_shape][key[2]]),
+                if isinstance(key, DeferredMlp):
+                    mopt = pb.shapes[b.mlp_shape][key.choice]
+                    out, nk = self._st(key.key_id, (sid, self._sids[b.mlp_shape][key.choice]),
                                        aopt.steps + mopt.steps, "ckpt", b.ck)
-                elif key[0] == "C":
-                    out, nk = self._st(key[1], sid, aopt.steps, "ckattn", b.ck)
+                elif isinstance(key, CkMlpDone):
+                    out, nk = self._st(key.key_id, sid, aopt.steps, "ckattn", b.ck)
                 else:
                     out, nk = self._st(key_id, sid, aopt.steps, "group")
         return nk, out
 
     def table(self, key_id: int, g: int):
-        """(codes, new key ids, deltas (K, 8)) for every decision allowed at gap g."""
+        """The transitions (labels.Table) of key_id at slot g: one entry per code allowed there."""
         kind, bi = self.positions[g]
         sig = None
         if kind != "embed":
@@ -215,14 +220,14 @@ class Engine:
                 nk, d = self._stage(key_id, g, c)
                 nks.append(nk)
                 ds.append(d)
-            t = (np.array(codes, dtype=np.int64), np.array(nks, dtype=np.int64),
-                 np.array(ds, dtype=np.int64).reshape(len(codes), NDELTA))
+            t = Table(np.array(codes, dtype=np.int64), np.array(nks, dtype=np.int64),
+                      np.array(ds, dtype=np.int64).reshape(len(codes), NDELTA))
             self.tables[tk] = t
         return t
 
     def lower_bounds(self, g: int, C: np.ndarray, CK: np.ndarray, pq_max: float,
                      graph: KeyGraph | None = None, CM: np.ndarray | None = None):
-        """(time lower bound, memory lower bound) of labels C with keys CK waiting for g.
+        """(time lower bound, memory lower bound) of labels C with keys CK at slot g.
         graph: a KeyGraph valid for this limit and the caller's threshold (graph_for) to tighten
         them with; a graph over merged keys (merged.py) is read at the labels' own merged ids CM
         (without them it is not used)."""
@@ -259,7 +264,7 @@ class Engine:
         graph = self.graph_for(pq_max, thr_q if thr_fn is None else float("inf"))
         L, K = self.start()
         M = K.copy()                                            # merged ids (merged.py): the start's own
-        history: list[tuple[np.ndarray, np.ndarray]] = []      # per gap: (parent, code) of kept labels
+        history: list[tuple[np.ndarray, np.ndarray]] = []      # per slot: (parent, code) of kept labels
         n = len(self.positions)
         for g in range(n):
             if (deadline is not None and time.perf_counter() > deadline) or \
@@ -278,13 +283,13 @@ class Engine:
                 break
         finished = []
         if len(L) and keep_finished:
+            peak = peaks(L)
             for i in range(len(L)):
-                t_q, peak_q = int(L[i, 0]), int(max(L[i, 1], L[i, 3] + L[i, 4]))
-                finished.append(self._trace(i, history, t_q, peak_q))
+                finished.append(self._trace(i, history, int(L[i, T]), int(peak[i])))
         return DPResult(finished, stats, True, float("inf"), time.perf_counter() - t0)
 
     def path(self, attn: list[int], mlp: list[int], ckpt: list[bool]):
-        """One plan through the same tables: [(gap, label row (1, NCOL), key id)] and the final
+        """One plan through the same tables: [(slot, label row (1, NCOL), key id)] and the final
         (t_q, peak_q). For tests of the bounds and of the tables."""
         pb = self.pb
         L, K = self.start()
@@ -300,9 +305,9 @@ class Engine:
             if hit is None:
                 nk, d = self._stage(kid, g, code)
                 hit = self.single[tk] = (nk, np.array([d], dtype=np.int64))
-            L = update(L, hit[1], pb.m, self.pm_sum)
-            kid = hit[0]
-        return out, (int(L[0, 0]), int(max(L[0, 1], L[0, 3] + L[0, 4])))
+            kid, deltas = hit
+            L = update(L, deltas, pb.m, self.pm_sum)
+        return out, (int(L[0, T]), int(peaks(L)[0]))
 
     def frontier_bound(self, depth: int, *, pq_max: float = float("inf"), thr_q: float = float("inf"),
                        top_k: int = 1, max_labels: int = 20000) -> tuple[float, int]:
@@ -320,7 +325,7 @@ class Engine:
             nL, nK, _p, _c, nM = self._expand(g, L, K, thr_q, pq_max, top_k, stats, graph=graph, M=M)
             if len(nL) == 0:
                 return float("inf"), stats.nodes
-            if len(nL) > max_labels:                    # labels waiting for g: bound them there
+            if len(nL) > max_labels:                    # labels at slot g: bound them there
                 return self._open_bound(g, L, K, pq_max, graph, M), stats.nodes
             L, K, M = nL, nK, nM
         return self._open_bound(depth, L, K, pq_max, graph, M), stats.nodes
@@ -350,8 +355,8 @@ class Engine:
 
     def _expand(self, g, L, K, thr_q, pq_max, top_k, stats, beam=None, thr_fn=None, memory_only=False,
                 deadline=None, graph=None, M=None):
-        """Labels L (keys K, merged ids M) through decision g: (labels, keys, parent rows, codes,
-        merged ids) of those kept."""
+        """Labels L at slot g (keys K, merged ids M) through its decision: (labels, keys, parent
+        rows, codes, merged ids) of those kept, at slot g + 1."""
         m = self.pb.m
         view = None if graph is None else graph.view
         uk, inv = unique_inverse(K)
@@ -364,15 +369,15 @@ class Engine:
         # (the bound is nondecreasing in t and u).
         tmin = np.full(len(uk), np.iinfo(np.int64).max)
         umin = np.full(len(uk), np.iinfo(np.int64).max)
-        np.minimum.at(tmin, inv, L[:, 0])
-        np.minimum.at(umin, inv, L[:, 1])
+        np.minimum.at(tmin, inv, L[:, T])
+        np.minimum.at(umin, inv, L[:, U])
         D, NK, CODE = padded(tabs)
         g2 = g + 1
         if g2 < len(self.positions) and (np.isfinite(thr_q) or np.isfinite(pq_max)):
             rows, cols = np.nonzero(NK >= 0)
             best = np.zeros((len(rows), NCOL), dtype=np.int64)
-            best[:, 0] = tmin[rows] + m * D[rows, cols, 0] + D[rows, cols, 1]
-            best[:, 1] = umin[rows] + D[rows, cols, 2]
+            best[:, T] = tmin[rows] + m * D[rows, cols, DT] + D[rows, cols, OPT]
+            best[:, U] = umin[rows] + D[rows, cols, S_N]
             # (a merged graph bounds labels by their own merged ids: not per key)
             lb, mem_lb = self.lower_bounds(g2, best, NK[rows, cols], pq_max, graph if view is None else None)
             bad = (lb >= thr_q) | (mem_lb > pq_max)
@@ -393,14 +398,14 @@ class Engine:
             C, CK, CP, CC, LB, CM = C[keep], CK[keep], CP[keep], CC[keep], LB[keep], CM[keep]
         else:
             if len(C):
-                peak = np.maximum(C[:, 1], C[:, 3] + C[:, 4])
-                keep = (peak <= pq_max) & (C[:, 0] < (thr_fn(peak) if thr_fn is not None else thr_q))
+                peak = peaks(C)
+                keep = (peak <= pq_max) & (C[:, T] < (thr_fn(peak) if thr_fn is not None else thr_q))
                 stats.pruned_memory += int(np.count_nonzero(peak > pq_max))
-                stats.pruned_bound += int(np.count_nonzero((peak <= pq_max) & (C[:, 0] >= thr_q)))
+                stats.pruned_bound += int(np.count_nonzero((peak <= pq_max) & (C[:, T] >= thr_q)))
                 C, CK, CP, CC, CM = C[keep], CK[keep], CP[keep], CC[keep], CM[keep]
-            LB = C[:, 1].astype(float) if memory_only else C[:, 0].astype(float)
+            LB = C[:, U].astype(float) if memory_only else C[:, T].astype(float)
         if memory_only:
-            C[:, 0] = 0
+            C[:, T] = 0
         if deadline is not None and time.perf_counter() > deadline:
             raise _Timeout
         # dominance within each key

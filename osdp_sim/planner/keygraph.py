@@ -4,7 +4,7 @@ A label's future depends only on its key (dp.py), and a stage's time and its res
 bytes S are functions of (key, decision) alone: the label adds m * dt + opt to t and S to every
 event already counted (fast.apply: U' >= U + S). So the decisions form a layered graph whose
 nodes are (decision, key) and whose edges carry (time, S), and for a label (t, U) with key k
-waiting for decision g and any lambda >= 0, every completion that fits the limit pq has
+at slot g (waiting for decision g) and any lambda >= 0, every completion that fits the limit pq has
 sum S <= pq - U, hence
 
     T_rest >= min over paths from (g, k) of sum(time + lambda S) - lambda (pq - U)
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from osdp_sim.planner.labels import expand, padded
+from osdp_sim.planner.labels import T, expand, padded, peaks
 from osdp_sim.planner.merged import MergedView
 
 N_LAMBDA = 24
@@ -108,7 +108,7 @@ class KeyGraph:
                 lb, mem_lb = engine.lower_bounds(g + 1, L, K, pq_max)
                 ok = (mem_lb <= pq_max) & (lb < thr_q)
             else:
-                ok = (np.maximum(L[:, 1], L[:, 3] + L[:, 4]) <= pq_max) & (L[:, 0] < thr_q)
+                ok = (peaks(L) <= pq_max) & (L[:, T] < thr_q)
             L, K = L[ok], K[ok]
             if len(K) > caps.max_level_keys or engine.stage_sims - sims_before > caps.max_stage_sims:
                 raise TooLarge
@@ -126,9 +126,9 @@ class KeyGraph:
             if not tabs:
                 self.H[g], self.M[g] = inf_row.copy(), np.array([np.inf])
                 continue
-            starts = np.r_[0, np.cumsum([len(t[0]) for t in tabs])].astype(np.int64)
-            ds = np.concatenate([t[2] for t in tabs])
-            rows = self.rows_of(g + 1, np.concatenate([t[1] for t in tabs])).astype(np.int64)
+            starts = np.r_[0, np.cumsum([len(t.codes) for t in tabs])].astype(np.int64)
+            ds = np.concatenate([t.deltas for t in tabs])
+            rows = self.rows_of(g + 1, np.concatenate([t.new_keys for t in tabs])).astype(np.int64)
             self.H[g], self.M[g] = graph_back(ds, rows, starts, int(pb.m), np.asarray(lams, dtype=np.float64),
                                               self.H[g + 1], self.M[g + 1])
 

@@ -5,19 +5,20 @@ so the bounds are bit-for-bit numpy's."""
 import numpy as np
 
 from osdp_sim.jit import compiled
+from osdp_sim.planner.labels import T, U
 
 
 @compiled
 def label_bounds(C, kinv, KC, KM, j_lam, pq_max, finite, m_margin, t_margin, H, rows, lams, Mg, use_graph):
-    """Per label i (C[i, 0] time, C[i, 1] largest event; kinv[i] its row of KC (J lambdas), KM):
+    """Per label i (C[i, T] time, C[i, U] largest event; kinv[i] its row of KC (J lambdas), KM):
     lb = max_j KC[kinv, j] - j_lam[j] * budget (only lambda = 0 without a finite limit), and with
     the key graph (use_graph) the larger of that and max_j H[rows, j] - lams[j] * budget_g.
-    Returns (C[:, 0] + lb - t_margin, the memory bound)."""
+    Returns (C[:, T] + lb - t_margin, the memory bound)."""
     n = C.shape[0]
     lb_out = np.empty(n)
     mem_out = np.empty(n)
     for i in range(n):
-        u = float(C[i, 1])
+        u = float(C[i, U])
         k = kinv[i]
         mem = u + KM[k] - m_margin
         lb = -np.inf
@@ -52,6 +53,12 @@ def label_bounds(C, kinv, KC, KM, j_lam, pq_max, finite, m_margin, t_margin, H, 
             mg = u + Mg[r] - m_margin
             if mg > mem:
                 mem = mg
-        lb_out[i] = float(C[i, 0]) + lb - t_margin
+        lb_out[i] = float(C[i, T]) + lb - t_margin
         mem_out[i] = mem
     return lb_out, mem_out
+
+
+@compiled
+def compiled_label_cols():
+    """(T, U) as this module's compiled code holds them (see labels.py: numba freezes them)."""
+    return (T, U)

@@ -8,34 +8,36 @@ decision's transition table per distinct key (rows r): D (keys, kmax, NDELTA), n
 import numpy as np
 
 from osdp_sim.jit import compiled
+from osdp_sim.planner.labels import (D_V, D_Y, DT, G_A, M1, M2, NCOL, NDELTA, NEW_PM, O_M1, O_M2, O_V,
+                                     O_Y, OPT, P_A, PM, S_N, T, U, V, Y)
 
 
 @compiled
 def _apply_row(L, i, D, r, j, m, pm_sum, C, o):
     """C[o] = fast.apply(L[i], D[r, j]) (D as (rows, cols, NDELTA))."""
-    C[o, 0] = L[i, 0] + m * D[r, j, 0] + D[r, j, 1]
-    u = L[i, 1] + D[r, j, 2]
-    x = L[i, 2] + D[r, j, 3]
+    C[o, T] = L[i, T] + m * D[r, j, DT] + D[r, j, OPT]
+    u = L[i, U] + D[r, j, S_N]
+    x = L[i, V] + D[r, j, O_V]
     if x > u:
         u = x
-    x = L[i, 3] + D[r, j, 4]
+    x = L[i, Y] + D[r, j, O_Y]
     if x > u:
         u = x
-    x = L[i, 5] + D[r, j, 2] + D[r, j, 10]
+    x = L[i, M1] + D[r, j, S_N] + D[r, j, G_A]
     if x > u:
         u = x
-    x = L[i, 6] + D[r, j, 2] + D[r, j, 11]
+    x = L[i, M2] + D[r, j, S_N] + D[r, j, P_A]
     if x > u:
         u = x
-    C[o, 1] = u
-    C[o, 2] = L[i, 2] + D[r, j, 6]
-    C[o, 3] = L[i, 3] + D[r, j, 5]
+    C[o, U] = u
+    C[o, V] = L[i, V] + D[r, j, D_V]
+    C[o, Y] = L[i, Y] + D[r, j, D_Y]
     if pm_sum:
-        C[o, 4] = L[i, 4] + D[r, j, 7]
+        C[o, PM] = L[i, PM] + D[r, j, NEW_PM]
     else:
-        C[o, 4] = max(L[i, 4], D[r, j, 7])
-    C[o, 5] = L[i, 3] + D[r, j, 8]
-    C[o, 6] = L[i, 3] + D[r, j, 9]
+        C[o, PM] = max(L[i, PM], D[r, j, NEW_PM])
+    C[o, M1] = L[i, Y] + D[r, j, O_M1]
+    C[o, M2] = L[i, Y] + D[r, j, O_M2]
 
 
 @compiled
@@ -92,8 +94,8 @@ def graph_back(ds, rows, starts, m, lams, H_next, M_next):
     for r in range(nk):
         for e in range(starts[r], starts[r + 1]):
             q = rows[e]
-            tau = float(m * ds[e, 0] + ds[e, 1])
-            s = float(ds[e, 2])
+            tau = float(m * ds[e, DT] + ds[e, OPT])
+            s = float(ds[e, S_N])
             for l in range(nl):
                 h = (tau + s * lams[l]) + H_next[q, l]
                 if h < H[r, l]:
@@ -128,3 +130,10 @@ def min_by_key(C, CK, order):
                 if C[i, c] < out[r, c]:
                     out[r, c] = C[i, c]
     return out, keys
+
+
+@compiled
+def compiled_layout():
+    """labels.LAYOUT as this module's compiled code holds it, in its order (numba freezes module
+    constants: a cache compiled before labels.py changed holds the old ones)."""
+    return (T, U, V, Y, PM, M1, M2, NCOL, DT, OPT, S_N, O_V, O_Y, D_Y, D_V, NEW_PM, O_M1, O_M2, G_A, P_A, NDELTA)

@@ -23,7 +23,8 @@ import math
 import numpy as np
 
 from osdp_sim.costmodel.fast import NEG, TIME_Q
-from osdp_sim.planner.labels import D_Y, G_A, O_M1, O_M2, O_V, O_Y, P_A, PM
+from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp
+from osdp_sim.planner.labels import D_Y, G_A, NEW_PM, O_M1, O_M2, O_V, O_Y, P_A, Table
 
 # the rounding grid, as a fraction of the mean time per decision of the configuration's bound
 GRID_FRACTION = 0.01
@@ -54,10 +55,10 @@ class MergedView:
         if m is None:
             store = self.engine.store
             key = store.keys[kid]
-            if key[0] == "C":
-                m = store.intern(("C", self.merge(key[1])))
-            elif key[0] == "D":
-                m = store.intern(("D", self.merge(key[1]), key[2]))
+            if isinstance(key, CkMlpDone):
+                m = store.intern(CkMlpDone(self.merge(key.key_id)))
+            elif isinstance(key, DeferredMlp):
+                m = store.intern(DeferredMlp(self.merge(key.key_id), key.choice))
             else:
                 pend, queue = key
                 work = sum(q[0] for q in queue)
@@ -75,8 +76,8 @@ class MergedView:
             codes, nks, ds = self.engine.table(mid, g)
             ds = ds.copy()
             ds[:, [O_V, O_Y, O_M1, O_M2]] = NEG     # forward, backward and checkpoint events
-            ds[:, [D_Y, PM, G_A, P_A]] = 0          # live bytes, optimizer temporary, re-gathers
-            t = self._tables[(mid, g)] = (codes, np.array([self.merge(int(k)) for k in nks], dtype=np.int64), ds)
+            ds[:, [D_Y, NEW_PM, G_A, P_A]] = 0      # live bytes, optimizer temporary, re-gathers
+            t = self._tables[(mid, g)] = Table(codes, np.array([self.merge(int(k)) for k in nks], dtype=np.int64), ds)
         return t
 
     def advance(self, g: int, M: np.ndarray, col: np.ndarray) -> np.ndarray:
@@ -84,7 +85,7 @@ class MergedView:
         if len(M) == 0:
             return np.zeros(0, dtype=np.int64)
         um, inv = np.unique(M, return_inverse=True)
-        nexts = [self.table(int(mid), g)[1] for mid in um]
+        nexts = [self.table(int(mid), g).new_keys for mid in um]
         table = np.full((len(um), max(len(x) for x in nexts)), -1, dtype=np.int64)
         for r, x in enumerate(nexts):
             table[r, :len(x)] = x
