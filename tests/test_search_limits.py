@@ -73,7 +73,7 @@ def test_compute_part_is_the_search_tables():
     for mb in (1, 7, 64):
         b = _bounds(spec, hw, space, 2**50, [mb])
         pb = build_problem(spec, hw, Config(8, mb, 1, 8, "bf16", "adamw", "ddp"), group_choices(space), (False,))
-        work = pb.root.embed.f + pb.root.embed.b + pb.root.head.f + pb.root.head.b + sum(
+        work = pb.root.embed.fwd_s + pb.root.embed.bwd_s + pb.root.head.fwd_s + pb.root.head.bwd_s + sum(
             min(o.cf + o.cb for o in pb.shapes[bl.attn_shape]) + min(o.cf + o.cb for o in pb.shapes[bl.mlp_shape])
             for bl in pb.blocks)
         fixed = floors(spec, hw, space).fixed_s

@@ -24,10 +24,10 @@ NS = 1e-9
 
 def _terms(steps, ck, m):
     """Time and bytes of one group choice, from its steps (written out again, not imported)."""
-    t = m * sum(st.f + (st.agf or 0.0) + st.b + sum(w for (w, *_r) in (st.rs or ()))
-                + (st.agb if st.z3 else 0.0) + (st.rc if ck else 0.0) for st in steps)
-    t += sum(st.opt for st in steps)
-    mem = sum(st.res + (st.gath if st.agf is not None and not st.z3 else 0.0) + (0.0 if ck else st.act)
+    t = m * sum(st.fwd_s + (st.forward_gather_s or 0.0) + st.bwd_s + sum(w for (w, *_r) in (st.reduction_items or ()))
+                + (st.backward_gather_s if st.regathers else 0.0) + (st.recompute_s if ck else 0.0) for st in steps)
+    t += sum(st.optimizer_s for st in steps)
+    mem = sum(st.resident_bytes + (st.gathered_bytes if st.forward_gather_s is not None and not st.regathers else 0.0) + (0.0 if ck else st.act_bytes)
               for st in steps)
     return t, mem
 
@@ -43,8 +43,8 @@ def _milp_best(spec, hw, space, limit):
         cfg = Config(hw.device.count, mb, 1, sg, space.precision, space.optimizer, root)
         pb = build_problem(spec, hw, cfg, choices, tuple(cks))
         h, e = pb.root.head, pb.root.embed
-        c0 = (h.f + h.b + (e.agf or 0.0) + e.f + e.b + sum(w for (w, *_r) in e.rs)) + h.opt
-        m0 = h.res + h.act + e.act + e.gath + h.ag + h.bt
+        c0 = (h.fwd_s + h.bwd_s + (e.forward_gather_s or 0.0) + e.fwd_s + e.bwd_s + sum(w for (w, *_r) in e.reduction_items)) + h.optimizer_s
+        m0 = h.resident_bytes + h.act_bytes + e.act_bytes + e.gathered_bytes + h.act_grad_bytes + h.bwd_temp_bytes
         cost, mem = [], []
         idx = 0
         nvar_block = []

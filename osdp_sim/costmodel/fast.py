@@ -91,22 +91,22 @@ class StepCost:
         return self.records.reductions if self.last_backward else ()
 
     def forward_task(self, ckpt: rules.Checkpointed | None) -> rules.ComputeTask:
-        return rules.forward(self.step, self.unit, ckpt, self.z3)
+        return rules.forward(self.step, self.unit, ckpt, self.regathers)
 
     def backward_task(self, own_gather: bool) -> rules.ComputeTask:
         """own_gather: its unit was gathered again for it (so a ddp copy appears at its start)."""
-        return rules.backward(self.step, self.unit, allocates_copy=own_gather and self.z3,
+        return rules.backward(self.step, self.unit, allocates_copy=own_gather and self.regathers,
                               allocates_grad=self.first_backward, frees_gathered=self.last_backward)
 
-    # the records' numbers, for bounds.py, problem.py and additive.py
-    f = property(lambda self: self.step.fwd_s)                      # forward work
-    b = property(lambda self: self.step.bwd_s)                      # backward work
-    act = property(lambda self: self.step.act_bytes)                # activations kept for backward
-    ft = property(lambda self: self.step.fwd_temp_bytes)            # forward transient (logits)
-    ag = property(lambda self: self.step.act_grad_bytes)            # gradient of activations
-    bt = property(lambda self: self.step.bwd_temp_bytes)            # backward transient
-    gath = property(lambda self: self.unit.gathered_bytes)          # gathered copy, bytes
-    copy = property(lambda self: self.unit.strategy == "ddp")       # its "gather" is a local copy
+    # the records' numbers, for the search's bounds (bounds.py, problem.py, additive.py)
+    fwd_s = property(lambda self: self.step.fwd_s)
+    bwd_s = property(lambda self: self.step.bwd_s)
+    act_bytes = property(lambda self: self.step.act_bytes)                  # kept for backward
+    fwd_temp_bytes = property(lambda self: self.step.fwd_temp_bytes)        # the logits
+    act_grad_bytes = property(lambda self: self.step.act_grad_bytes)
+    bwd_temp_bytes = property(lambda self: self.step.bwd_temp_bytes)        # gradient of the logits
+    gathered_bytes = property(lambda self: self.unit.gathered_bytes)
+    is_copy = property(lambda self: self.unit.strategy == "ddp")            # its "gather" is a local copy
 
     @cached_property
     def forward_memo(self) -> dict:
@@ -119,44 +119,44 @@ class StepCost:
         return 0.0 if self.forward_gather is None else rules.allocated_bytes(self.forward_gather.at_start)
 
     @cached_property
-    def agf(self) -> float | None:
+    def forward_gather_s(self) -> float | None:
         """Its own all-gather's work before its forward (None: already gathered)."""
         return None if self.forward_gather is None else self.forward_gather.work_s
 
     @cached_property
-    def z3(self) -> bool:
+    def regathers(self) -> bool:
         """Its copy is freed after forward and gathered again for backward."""
         return self.unit.reshards_after_forward
 
     @cached_property
-    def agb(self) -> float:
-        return self.backward_gather.work_s if self.z3 else 0.0
+    def backward_gather_s(self) -> float:
+        return self.backward_gather.work_s if self.regathers else 0.0
 
     @cached_property
-    def rs(self) -> tuple | None:
+    def reduction_items(self) -> tuple | None:
         """The reductions as queue items (work, alloc_at_start, free_at_end, alloc_at_end)."""
         return self.records.reduction_items if self.last_backward else None
 
     @cached_property
-    def res(self) -> float:
+    def resident_bytes(self) -> float:
         """Resident bytes of its unit (params, optimizer states, grads if resident)."""
         return self.records.resident_bytes if self.first_backward else 0.0
 
     @cached_property
-    def pm(self) -> float:
+    def optimizer_temp_bytes(self) -> float:
         return self.unit.optimizer_temp_bytes if self.first_backward else 0.0
 
     @cached_property
-    def opt(self) -> float:
+    def optimizer_s(self) -> float:
         return self.unit_optimizer_s if self.first_backward else 0.0
 
     @cached_property
-    def rc(self) -> float:
+    def recompute_s(self) -> float:
         """Its recompute work when its block is checkpointed."""
         return self.step.sac_recompute_s if self.selective else self.step.recompute_work_s
 
     @cached_property
-    def sk(self) -> float:
+    def sac_kept_bytes(self) -> float:
         """Kept by a selectively checkpointed block for it (saved mm outputs)."""
         return self.step.sac_saved_bytes if self.selective else 0.0
 
@@ -335,12 +335,12 @@ def run_compute(c: float, start_deltas: tuple, end_delta: float, queue: tuple, n
 class Pending:
     """The step whose backward waits for its predecessor to be known."""
 
-    b: float
-    start: tuple                  # deltas when its backward starts
-    end: float                    # delta when its backward ends
-    items: tuple                  # new queue items appended when it ends (ready at end)
-    agf: float | None             # its own forward all-gather (for the predecessor's segment)
-    gath: float
+    bwd_s: float
+    start_deltas: tuple           # deltas when its backward starts (the fold's)
+    end_delta: float              # delta when its backward ends
+    end_items: tuple              # new queue items appended when it ends (ready at end)
+    forward_gather_s: float | None    # its own forward all-gather (for the predecessor's segment)
+    gathered_bytes: float             # what that gather allocates
 
 
 def _bwd_gather(st: StepCost) -> tuple:
@@ -359,8 +359,8 @@ def pending_of(st: StepCost, own_gather: bool = False) -> Pending:
     task = st.backward_task(own_gather)
     # One net event at its end: at equal times estimate() applies frees before allocations, so
     # the unsharded gradient allocated at the end never raises the peak above the net value.
-    items = tuple(q + (True,) for q in (st.rs or ()))
-    return Pending(task.work_s, _start_deltas(task.at_start), _net(task.at_end), items, st.agf,
+    items = tuple(q + (True,) for q in (st.reduction_items or ()))
+    return Pending(task.work_s, _start_deltas(task.at_start), _net(task.at_end), items, st.forward_gather_s,
                    _gathered_before_forward(st))
 
 
@@ -372,7 +372,7 @@ def _recompute_task(steps: tuple, ck: float) -> rules.ComputeTask:
     """rules.recompute of a checkpointed block's steps (or a part of it, ck 0); the ddp units
     among the re-gathered ones cast their copies in it."""
     return rules.recompute(-1, tuple(st.step for st in steps), ck, steps[0].selective,
-                           tuple(st.unit for st in steps if st.z3))
+                           tuple(st.unit for st in steps if st.regathers))
 
 
 @dataclass(frozen=True)
@@ -421,8 +421,8 @@ def mlp_first(mlp: tuple, pend: Pending) -> bool:
     run with compute idle and the attention's gathers only delay the MLP's. (Under the head,
     which has no reduction, they overlap its backward; a zero-work last gather would start at the
     same instant as the recompute, after it frees the checkpoint. "ckpt" handles both.)"""
-    z = [st for st in mlp if st.z3]
-    return bool(z) and z[-1].agb > 0 and bool(pend.items)
+    z = [st for st in mlp if st.regathers]
+    return bool(z) and z[-1].backward_gather_s > 0 and bool(pend.end_items)
 
 
 @dataclass(frozen=True)
@@ -461,7 +461,7 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
     first_has_ck = kind in ("ckpt", "ckattn")
     n = len(steps)
     fwd = [_forward_terms(st, ckpt, i == 0 and first_has_ck, ck) for i, st in enumerate(steps)]
-    res_n = sum(st.res for st in steps)
+    res_n = sum(st.resident_bytes for st in steps)
     s_n = res_n + sum(f.kept_bytes for f in fwd)
     # forward segments and forward events
     dt = 0.0
@@ -469,22 +469,22 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
     prefix = 0.0
     for i, st in enumerate(steps):
         if i + 1 < n:
-            nxt_agf, nxt_gath = steps[i + 1].agf, _gathered_before_forward(steps[i + 1])
+            nxt_agf, nxt_gath = steps[i + 1].forward_gather_s, _gathered_before_forward(steps[i + 1])
         else:
-            nxt_agf, nxt_gath = pend.agf, pend.gath
+            nxt_agf, nxt_gath = pend.forward_gather_s, pend.gathered_bytes
         dt += seg(fwd[i].work_s, nxt_agf or 0.0, s)
         # at its start: what it allocates, its own gather's copy and the next step's prefetch
         o_v = max(o_v, res_n + prefix + fwd[i].start_bytes + nxt_gath)
         prefix += fwd[i].kept_bytes
     if kind == "embed":
-        dt += steps[0].agf or 0.0                       # the root all-gather starts the step
+        dt += steps[0].forward_gather_s or 0.0                       # the root all-gather starts the step
         o_v = max(o_v, res_n + _gathered_before_forward(steps[0]))   # and allocates the root's copy at t=0
     # backward compute tasks, in backward order: (work, start deltas, end delta, new items, barrier)
     y = s_n
     g_a = p_a = 0.0
 
     def task(p, extra=(), barrier=None):
-        return (p.b, p.start, p.end, p.items + extra, barrier)
+        return (p.bwd_s, p.start_deltas, p.end_delta, p.end_items + extra, barrier)
 
     def recompute():
         rc = _recompute_task(steps, ck)
@@ -492,30 +492,30 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
 
     chain = [task(st.pending) for st in steps[:0:-1]]   # units already gathered: no prefetch
     if kind in ("ckpt", "ckmlp"):
-        ags = tuple(_bwd_gather(st) for st in steps if st.z3)
-        tasks = [task(pend, ags, len(pend.items) + len(ags) - 1 if ags else None), recompute()] + chain
+        ags = tuple(_bwd_gather(st) for st in steps if st.regathers)
+        tasks = [task(pend, ags, len(pend.end_items) + len(ags) - 1 if ags else None), recompute()] + chain
     elif kind == "ckattn":
         # its gathers are allocated before the recompute starts (m1), its ddp copies with it (m2)
-        g_a = sum(rules.allocated_bytes(st.backward_gather.at_start) for st in steps if st.z3)
+        g_a = sum(rules.allocated_bytes(st.backward_gather.at_start) for st in steps if st.regathers)
         rc = _recompute_task(steps, 0.0)
         p_a = g_a + _net(rc.at_start)
-        dt += sum(st.backward_gather.work_s for st in steps if st.z3) + rc.work_s
+        dt += sum(st.backward_gather.work_s for st in steps if st.regathers) + rc.work_s
         y += p_a
         tasks = [task(pend)] + chain
     elif kind == "group":
         tasks = []
         for j, p in enumerate([pend] + [st.pending_regathered for st in steps[:0:-1]]):
             nxt = steps[n - 1 - j]
-            tasks.append((p.b, p.start, p.end, (_bwd_gather(nxt),) + p.items, 0) if nxt.z3 else task(p))
+            tasks.append((p.bwd_s, p.start_deltas, p.end_delta, (_bwd_gather(nxt),) + p.end_items, 0) if nxt.regathers else task(p))
     else:  # embed: the pending step, then the embedding's backward and the reduction tail
         p = steps[0].pending
-        tasks = [task(pend), task(p, (), len(p.items) - 1)]
+        tasks = [task(pend), task(p, (), len(p.end_items) - 1)]
     tf, ti, items = _fold().pack(tasks)
     new_pend = None if kind == "embed" else (steps[0].pending_regathered if kind == "group"
                                               else steps[0].pending)
-    pms = [st.pm for st in steps]
+    pms = [st.optimizer_temp_bytes for st in steps]
     return StagePlan(tasks_f=tf, tasks_i=ti, items=items, split=1 if kind == "ckmlp" else len(tasks), slowdown=s,
-                     dt0_s=dt, y0_bytes=y, new_pend=new_pend, opt=qt(sum(st.opt for st in steps)),
+                     dt0_s=dt, y0_bytes=y, new_pend=new_pend, opt=qt(sum(st.optimizer_s for st in steps)),
                      s_n=qm(s_n), o_v=qm(o_v), d_v=qm(res_n),
                      pm=qm(sum(pms) if pm_sum else max(pms, default=0.0)), g_a=qm(g_a), p_a=qm(p_a))
 
@@ -583,12 +583,12 @@ class Label:
 
 def start_label(head: StepCost, m: int, s: float) -> tuple[tuple, Label]:
     """The head is processed first: its forward segment, event and resident root states."""
-    res = head.res
+    res = head.resident_bytes
     fwd = head.forward_task(None)
-    t = m * qt(seg(fwd.work_s, 0.0, s)) + qt(head.opt)
+    t = m * qt(seg(fwd.work_s, 0.0, s)) + qt(head.optimizer_s)
     y = qm(res + _net(fwd.at_start) + _net(fwd.at_end))
     u = qm(res + rules.allocated_bytes(fwd.at_start))
-    return (head.pending, ()), Label(t, u, qm(res), y, qm(head.pm))
+    return (head.pending, ()), Label(t, u, qm(res), y, qm(head.optimizer_temp_bytes))
 
 
 def apply(lab: Label, out: StageOut, m: int, pm_sum: bool = False) -> Label:

@@ -40,8 +40,8 @@ def option_terms(o: Option, ck: bool, m: int) -> tuple[float, float]:
 def root_terms(pb: Problem) -> tuple[float, float]:
     h, e = pb.root.head, pb.root.embed
     m = pb.m
-    t = m * (h.f + h.b + (e.agf or 0.0) + e.f + e.b + sum(w for (w, *_r) in e.rs)) + h.opt
-    mem = h.res + h.act + e.act + e.gath + h.ag + h.bt
+    t = m * (h.fwd_s + h.bwd_s + (e.forward_gather_s or 0.0) + e.fwd_s + e.bwd_s + sum(w for (w, *_r) in e.reduction_items)) + h.optimizer_s
+    mem = h.resident_bytes + h.act_bytes + e.act_bytes + e.gathered_bytes + h.act_grad_bytes + h.bwd_temp_bytes
     return t, mem
 
 

@@ -107,7 +107,7 @@ def _mem_lb_q(pb: Problem) -> float:
     """U at the start + the least resident + kept bytes of every group and the embedding."""
     _key, lab = start_label(pb.root.head, pb.m, pb.s)
     allow_nc, allow_ck = False in pb.ckpt_options, True in pb.ckpt_options
-    tot = lab.u + (pb.root.embed.act + pb.root.embed.gath) / MEM_Q
+    tot = lab.u + (pb.root.embed.act_bytes + pb.root.embed.gathered_bytes) / MEM_Q
     for b in pb.blocks:
         a, m = pb.shapes[b.attn_shape], pb.shapes[b.mlp_shape]
         vals = []

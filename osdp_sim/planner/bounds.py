@@ -118,8 +118,8 @@ class Bounds:
         last = len(pb.blocks) - 1
         wf_c, wf_a, wb_c, wb_a = self.w
         e = pb.root.embed
-        embed_tau = m * ((e.agf or 0.0) + wf_c * e.f + wb_c * e.b + sum(w for (w, *_r) in e.rs)) / TIME_Q
-        self.embed_s = (e.act + e.gath) / MEM_Q
+        embed_tau = m * ((e.forward_gather_s or 0.0) + wf_c * e.fwd_s + wb_c * e.bwd_s + sum(w for (w, *_r) in e.reduction_items)) / TIME_Q
+        self.embed_s = (e.act_bytes + e.gathered_bytes) / MEM_Q
         sigs: dict = {}
         for b in pb.blocks:
             sigs.setdefault((b.sig, b.index == last), b)
@@ -272,5 +272,5 @@ def key_row(kind: int, pend: Pending | None, queue: tuple, c: int = -1) -> tuple
     choice)."""
     if pend is None:
         return (kind, 0.0, 0.0, 0.0, 0.0, 1.0, c)
-    return (kind, pend.b, sum(w for (w, *_r) in pend.items), sum(q[0] for q in queue), pend.agf or 0.0,
-            0.0 if pend.items else 1.0, c)
+    return (kind, pend.bwd_s, sum(w for (w, *_r) in pend.end_items), sum(q[0] for q in queue), pend.forward_gather_s or 0.0,
+            0.0 if pend.end_items else 1.0, c)

@@ -102,7 +102,7 @@ def floors(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, cache: dict
             shapes = [(pb.shapes[b.attn_shape], pb.shapes[b.mlp_shape]) for b in pb.blocks]
             resident = min(resident, sum(min(o.res for o in a) + min(o.res for o in m) for a, m in shapes))
             e = pb.root.embed
-            fixed = min(fixed, (e.agf or 0.0) + sum(w for (w, *_r) in e.rs) + pb.root.head.opt
+            fixed = min(fixed, (e.forward_gather_s or 0.0) + sum(w for (w, *_r) in e.reduction_items) + pb.root.head.optimizer_s
                         + sum(min(o.opt for o in a) + min(o.opt for o in m) for a, m in shapes))
     return Floors(resident, fixed)
 

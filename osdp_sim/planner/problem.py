@@ -44,23 +44,23 @@ class Option:
 def make_option(choice: GroupChoice, steps: tuple[StepCost, ...], s: float) -> Option:
     return Option(
         choice=choice, steps=steps,
-        cf=sum(st.f for st in steps),
-        af=sum(st.agf or 0.0 for st in steps),
-        fwd_in=sum(seg(a.f, b.agf or 0.0, s) for a, b in zip(steps, steps[1:])),
-        f_last=steps[-1].f,
-        a_first=steps[0].agf or 0.0,
-        cb=sum(st.b for st in steps),
-        ab=sum(w for st in steps for (w, *_rest) in (st.rs or ())) + sum(st.agb for st in steps if st.z3),
-        opt=sum(st.opt for st in steps),
-        res=sum(st.res for st in steps),
-        kept_act=sum(st.act for st in steps),
-        kept_gath=sum(st.gath for st in steps if st.agf is not None and not st.z3),
-        agz=sum(st.agb for st in steps if st.z3),
-        b_last=steps[-1].b,
-        r_first=sum(w for (w, *_r) in (steps[0].rs or ())),
-        z3=any(st.z3 for st in steps),
-        rc=sum(st.rc for st in steps),
-        kept_sac=sum(st.sk for st in steps))
+        cf=sum(st.fwd_s for st in steps),
+        af=sum(st.forward_gather_s or 0.0 for st in steps),
+        fwd_in=sum(seg(a.fwd_s, b.forward_gather_s or 0.0, s) for a, b in zip(steps, steps[1:])),
+        f_last=steps[-1].fwd_s,
+        a_first=steps[0].forward_gather_s or 0.0,
+        cb=sum(st.bwd_s for st in steps),
+        ab=sum(w for st in steps for (w, *_rest) in (st.reduction_items or ())) + sum(st.backward_gather_s for st in steps if st.regathers),
+        opt=sum(st.optimizer_s for st in steps),
+        res=sum(st.resident_bytes for st in steps),
+        kept_act=sum(st.act_bytes for st in steps),
+        kept_gath=sum(st.gathered_bytes for st in steps if st.forward_gather_s is not None and not st.regathers),
+        agz=sum(st.backward_gather_s for st in steps if st.regathers),
+        b_last=steps[-1].bwd_s,
+        r_first=sum(w for (w, *_r) in (steps[0].reduction_items or ())),
+        z3=any(st.regathers for st in steps),
+        rc=sum(st.recompute_s for st in steps),
+        kept_sac=sum(st.sac_kept_bytes for st in steps))
 
 
 @dataclass
