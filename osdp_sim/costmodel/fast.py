@@ -106,7 +106,6 @@ class StepCost:
     act_grad_bytes = property(lambda self: self.step.act_grad_bytes)
     bwd_temp_bytes = property(lambda self: self.step.bwd_temp_bytes)        # gradient of the logits
     gathered_bytes = property(lambda self: self.unit.gathered_bytes)
-    is_copy = property(lambda self: self.unit.strategy == "ddp")            # its "gather" is a local copy
 
     @cached_property
     def forward_memo(self) -> dict:
