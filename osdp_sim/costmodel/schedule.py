@@ -14,6 +14,7 @@ one communication stream in issue order. The optimizer step follows the last red
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from osdp_sim.costmodel import rules
 from osdp_sim.costmodel.lowering import Lowered
@@ -23,8 +24,9 @@ from osdp_sim.costmodel.simulate import Task
 __all__ = ["CATEGORIES", "MemEvent", "StepSchedule", "build_step"]
 
 
-@dataclass(frozen=True)
-class MemEvent:
+class MemEvent(NamedTuple):
+    """One allocation (> 0) or free of a task (a named tuple: a step has thousands of them)."""
+
     task: int              # task index; -1: resident before the step begins
     at: str                # start | end
     delta_bytes: float
@@ -48,14 +50,16 @@ def build_step(low: Lowered, *, reduce: bool, grads_resident: bool, unsharded_gr
     units, steps = low.units, low.steps
 
     def mem(task: int, at: str, deltas: tuple[Delta, ...]) -> None:
-        events.extend(MemEvent(task, at, d.bytes, d.category) for d in deltas)
+        events.extend([MemEvent(task, at, d.bytes, d.category) for d in deltas])
 
     def add(rec, deps=()) -> int:
-        stream = "compute" if isinstance(rec, rules.ComputeTask) else "comm"
+        stream = "compute" if type(rec) is rules.ComputeTask else "comm"
+        k = len(tasks)
         tasks.append(Task(rec.name, stream, rec.work_s, rec.kind, tuple(deps)))
-        k = len(tasks) - 1
-        mem(k, "start", rec.at_start)
-        mem(k, "end", rec.at_end)
+        if rec.at_start:
+            mem(k, "start", rec.at_start)
+        if rec.at_end:
+            mem(k, "end", rec.at_end)
         return k
 
     for u in units:                                       # resident before the step
