@@ -62,7 +62,7 @@ def qm(x: float) -> int:
 class StepCost:
     """One step of the lowered schedule with its unit (each non-root unit has exactly one step;
     the root has two, embed and head). Everything the fold needs is read from rules.py's records
-    of its tasks; the short names below are those records' numbers, for the search's bounds."""
+    of its tasks; the numbers below are read off those records, for the search's bounds."""
 
     step: Step
     unit: CommUnit

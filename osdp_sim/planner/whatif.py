@@ -356,20 +356,26 @@ def sweep(hw: HardwareProfile, axes: SweepAxes, space: SearchSpace = SearchSpace
         planning_limit(float(c["mem_limit_bytes"]) if c["mem_limit_bytes"] is not None else usable, usable, headroom)
     deadline = None if time_limit_s is None else t0 + time_limit_s
     out = []
+    # A point runs past its share by its search's setup and its baselines, which do not stop at
+    # the share: the most any point has overrun so far is kept back from the time left.
+    overrun_s = 0.0
     for i, c in enumerate(points_in):
         spec = specs[(c["model"], c["seq_len"])]
         h = point_hardware(hw, c["devices"], inter, c["bandwidth_scale"], c["compute_scale"])
         limit = float(c["mem_limit_bytes"]) if c["mem_limit_bytes"] is not None else float(h.device.usable_memory_bytes)
         coords = {a: c[a] for a in ("devices", "micro_batch", "bandwidth_scale", "compute_scale")}
         coords["mem_limit_bytes"] = limit
-        left = None if deadline is None else deadline - time.perf_counter()
+        left = None if deadline is None else deadline - time.perf_counter() - overrun_s
         if left is not None and i > 0 and left < MIN_POINT_S / 2:
             out.append(not_run(spec, h, coords))
             continue
-        share = None if left is None else min(left, max(MIN_POINT_S, left / (len(points_in) - i)))
+        share = None if left is None else max(0.0, min(left, max(MIN_POINT_S, left / (len(points_in) - i))))
         sp = replace(space, devices=c["devices"], shard_groups=None,
                      micro_batches=(c["micro_batch"],) if c["micro_batch"] else space.micro_batches)
+        started = time.perf_counter()
         p = run_point(spec, h, limit, sp, coords, share, rel_gap, headroom)
+        if share is not None:
+            overrun_s = max(overrun_s, time.perf_counter() - started - share)
         out.append(p)
         if progress is not None:
             progress(_progress_line(i, len(points_in), p, axes, t0, deadline))
