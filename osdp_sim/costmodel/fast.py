@@ -86,10 +86,6 @@ class StepCost:
     def backward_gather(self) -> rules.Collective:
         return self.records.backward_gather
 
-    @property
-    def reductions(self) -> tuple[rules.Collective, ...]:
-        return self.records.reductions if self.last_backward else ()
-
     def forward_task(self, ckpt: rules.Checkpointed | None) -> rules.ComputeTask:
         return rules.forward(self.step, self.unit, ckpt, self.regathers)
 
@@ -175,7 +171,6 @@ class UnitRecords(NamedTuple):
 
     forward_gather: rules.Collective
     backward_gather: rules.Collective
-    reductions: tuple[rules.Collective, ...]
     reduction_items: tuple[tuple[float, float, float, float], ...]   # as the fold's queue items
     resident_bytes: float
 
@@ -201,7 +196,7 @@ def unit_records(u: CommUnit, grads_resident: bool) -> UnitRecords:
             _UNIT_RECORDS.clear()
         red = rules.reductions(u, grads_resident=grads_resident)
         res = rules.resident(u, grads_resident=grads_resident, unsharded_grads_resident=False)
-        hit = _UNIT_RECORDS[key] = (u, UnitRecords(rules.forward_gather(u), rules.backward_gather(u), red,
+        hit = _UNIT_RECORDS[key] = (u, UnitRecords(rules.forward_gather(u), rules.backward_gather(u),
                                                    tuple(map(_queue_item, red)), rules.net_bytes(res)))
     return hit[1]
 
@@ -360,11 +355,7 @@ def pending_of(st: StepCost, own_gather: bool = False) -> Pending:
     # the unsharded gradient allocated at the end never raises the peak above the net value.
     items = tuple(q + (True,) for q in (st.reduction_items or ()))
     return Pending(task.work_s, _start_deltas(task.at_start), _net(task.at_end), items, st.forward_gather_s,
-                   _gathered_before_forward(st))
-
-
-def _gathered_before_forward(st: StepCost) -> float:
-    return st.gathered_before_forward_bytes
+                   st.gathered_before_forward_bytes)
 
 
 def _recompute_task(steps: tuple, ck: float) -> rules.ComputeTask:
@@ -407,7 +398,7 @@ def _forward_terms(st: StepCost, ckpt: bool, first: bool, ck: float) -> ForwardT
     hit = memo.get(key)
     if hit is None:
         fwd = st.forward_task(rules.Checkpointed(key[1], st.selective) if ckpt else None)
-        own = _gathered_before_forward(st)
+        own = st.gathered_before_forward_bytes
         hit = memo[key] = ForwardTerms(fwd.work_s, _net(fwd.at_start) + _net(fwd.at_end) + own,
                                        rules.allocated_bytes(fwd.at_start) + own)
     return hit
@@ -468,7 +459,7 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
     prefix = 0.0
     for i, st in enumerate(steps):
         if i + 1 < n:
-            nxt_agf, nxt_gath = steps[i + 1].forward_gather_s, _gathered_before_forward(steps[i + 1])
+            nxt_agf, nxt_gath = steps[i + 1].forward_gather_s, steps[i + 1].gathered_before_forward_bytes
         else:
             nxt_agf, nxt_gath = pend.forward_gather_s, pend.gathered_bytes
         dt += seg(fwd[i].work_s, nxt_agf or 0.0, s)
@@ -477,7 +468,7 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
         prefix += fwd[i].kept_bytes
     if kind == "embed":
         dt += steps[0].forward_gather_s or 0.0                       # the root all-gather starts the step
-        o_v = max(o_v, res_n + _gathered_before_forward(steps[0]))   # and allocates the root's copy at t=0
+        o_v = max(o_v, res_n + steps[0].gathered_before_forward_bytes)   # and allocates the root's copy at t=0
     # backward compute tasks, in backward order: (work, start deltas, end delta, new items, barrier)
     y = s_n
     g_a = p_a = 0.0
