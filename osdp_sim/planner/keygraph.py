@@ -44,7 +44,7 @@ class GraphCaps:
     """How large a key graph may grow before it is abandoned."""
 
     max_level_keys: int = 3000         # nodes on one level
-    max_stage_sims: int = 300_000      # new stage simulations (about 50-70 us each)
+    max_stage_sims: int = 300_000      # new stage simulations (about 7 us each with the compiled fold)
 
     def scaled(self, f: int) -> "GraphCaps":
         return GraphCaps(self.max_level_keys * f, self.max_stage_sims * f)
