@@ -196,7 +196,7 @@ def sweep(model, hardware, *, devices=None, mem_limit=None, seq_len=None, micro_
 
 def tune(model, hardware: str, mem_limit: str | int | float, out_dir, *, candidates: int = 3,
          near: int = 2, baselines: int = 2, repeats: int = 1, confirm: int = 2, confirm_within: float = 0.08,
-         device: str = "cpu", warmup: int = 2, iters: int = 6, refit: bool = True, time_limit_s: float | None = 1800.0, space: SearchSpace | None = None,
+         paired_rounds: int = 0, device: str = "cpu", warmup: int = 2, iters: int = 6, refit: bool = True, time_limit_s: float | None = 1800.0, space: SearchSpace | None = None,
          **space_fields):
     """Like `osdp-sim tune` (docs/tune.md): the search's pick, the best plans at other micro-batches
     and the strongest baselines, each run for real (needs the runtime extra), the measured fastest
@@ -214,6 +214,7 @@ def tune(model, hardware: str, mem_limit: str | int | float, out_dir, *, candida
     space = space or SearchSpace(**space_fields)
     limit = min(float(_bytes(mem_limit, "mem_limit")), float(hw.device.usable_memory_bytes))
     settings = RunSettings(hardware=hardware, out_dir=Path(out_dir), device=device, warmup=warmup,
-                           iters=iters, repeats=repeats, confirm=confirm, confirm_within=confirm_within)
+                           iters=iters, repeats=repeats, confirm=confirm, confirm_within=confirm_within,
+                           paired_rounds=paired_rounds)
     return _tune(spec, hw, limit, space, settings, k=candidates, baselines=baselines, near=near, refit=refit,
                  time_limit_s=time_limit_s)

@@ -93,6 +93,46 @@ def test_tune_runs_ranks_refits_and_resumes(tmp_path):
         sps = [r.plan.global_batch / r.data["measured"]["iteration_time_s"]["median"] for r in runs]
         assert m["measured_samples_per_s"] == pytest.approx(sum(sps) / 2)
 
+    # resumed with a paired comparison of both (osdp-sim compare, 3 rounds) instead: the ranking and
+    # the plan follow the paired ratios; resumed again, the comparison is read back, not run
+    paired = _tune(out, "--no-refit", "--paired", "3", "--confirm-within", "100")
+    assert paired.returncode == 0, paired.stderr[-3000:]
+    assert "comparing the 2 candidates" in paired.stderr and "paired ratio to best" in paired.stdout
+    res3 = json.loads((out / "tune.json").read_text())
+    assert res3["paired"] == {"path": str(out / "paired.json"), "status": "ok", "rounds": 3}
+    ratios = [m["paired_ratio_to_best"] for m in res3["ranking"]]
+    assert ratios[0] == pytest.approx(1.0) and ratios[1] <= 1.0
+    from osdp_sim.records.comparison import load_comparison
+    c = load_comparison(out / "paired.json")
+    # the plan is the paired best, unless its lead over the search's pick is within noise (choose)
+    fastest = res3["ranking"][0]["label"]
+    want = c.plans[c.best].plan if res3["chosen"] == fastest else next(p.plan for p in c.plans if p.label == "search pick")
+    assert res3["chosen"] in (fastest, "search pick") and plan_from_dict(res3["plan"]) == want and c.rounds == 3
+    again = _tune(out, "--no-refit", "--paired", "3", "--confirm-within", "100")
+    assert again.returncode == 0 and "paired comparison of 2 contenders is recorded" in again.stderr
+    assert json.loads((out / "tune.json").read_text())["ranking"] == res3["ranking"]
+
+
+def test_the_search_pick_is_kept_unless_a_lead_over_it_is_beyond_noise():
+    from osdp_sim.calibrate.tune import Candidate, Measured, choose
+    plan = load_model("gpt2-tiny")  # any object: choose reads labels and numbers only
+
+    def m(label, *sps, ratio=None, se=None):
+        return Measured(Candidate(label, plan, 1.0, 1.0), "ok", sorted(sps)[len(sps) // 2], 1.0, (), tuple(sps),
+                        ratio, se)
+    # medians 10.4 against 10.0: lead 4%; spreads sd 0.4 over mean 10.4 and 0.4 over 10: median SEs
+    # 1.2533 x 0.03846 / sqrt(3) = 0.02783 and 0.02894, together 0.04015 -> 4% < 2 x 4.0%: kept
+    best, pick = m("zero2", 10.0, 10.4, 10.8), m("search pick", 9.6, 10.0, 10.4)
+    chosen, why = choose([best, pick])
+    assert chosen is pick and "kept the search's pick: zero2 measured +4.0% +- 4.0% ahead" in why
+    # twice the lead: 8% > 2 x 4.1%
+    assert choose([m("zero2", 10.4, 10.8, 11.2), pick])[0].candidate.label == "zero2"
+    # one run each: no spread, any lead counts
+    assert choose([m("zero2", 10.1), m("search pick", 10.0)])[0].candidate.label == "zero2"
+    # paired: 1 / 0.98 - 1 = 2.04% against 2 x 1.2%: kept; against 2 x 0.9%: the fastest
+    assert choose([m("zero2", 10, ratio=1.0, se=0.0), m("search pick", 9, ratio=0.98, se=0.012)])[0].candidate.label == "search pick"
+    assert choose([m("zero2", 10, ratio=1.0, se=0.0), m("search pick", 9, ratio=0.98, se=0.009)])[0].candidate.label == "zero2"
+
 
 def test_failed_runs_are_recorded_and_the_tune_has_no_plan(tmp_path):
     out = tmp_path / "tune"

@@ -68,6 +68,16 @@ def main(argv=None) -> int:
                 preds = ", ".join(f"{n} {c.predicted_samples_per_s[k]:.3f}" for n, c in r.profiles.items()
                                   if k in c.predicted_samples_per_s)
                 print(f"  {d.describe(p)}  [{'; '.join(r.labels[k])}]  predicted samples/s: {preds}")
+        if cfg.paired_rounds:
+            from osdp_sim.calibrate import decisions_paired as dp
+            conf = {**jobs, **d.confirm_jobs(cfg, refs, d.measure(jobs, cfg.repeats))}
+            meas = d.measure(conf, cfg.repeats)
+            print(f"\npaired round ({cfg.paired_rounds} rounds; a case's set is known once its runs are recorded):")
+            for r in refs:
+                keys = dp.paired_keys(cfg, r, meas)
+                state = ("recorded" if keys and dp.read_paired(cfg, r, keys) else
+                         f"about {dp.estimate_seconds(cfg, r, keys, meas) / 60:.1f} min" if keys else "not yet known")
+                print(f"  {r.case}: {', '.join(r.labels[k][0] for k in keys) or '-'} ({state})")
         return 0
     limit_s = args.time_limit or cfg.time_limit_s
     if not args.report_only and todo:
@@ -91,7 +101,15 @@ def main(argv=None) -> int:
                   f"{summary.wall_s / 60:.1f} min" + (f"; {summary.left} left for a rerun" if summary.left else ""),
                   flush=True)
         jobs = {**jobs, **confirm}
+    if cfg.paired_rounds and not args.report_only:
+        from osdp_sim.calibrate import decisions_paired as dp
+        dp.run_paired(cfg, refs, d.measure(jobs, cfg.repeats),
+                      time_limit_s=max(1.0, limit_s - (time.monotonic() - t0)),
+                      max_busy=None if args.wait_idle is None else args.wait_idle / 100.0)
     figs, meas = d.all_figures(cfg, refs, jobs)
+    if cfg.paired_rounds:
+        from osdp_sim.calibrate import decisions_paired as dp
+        figs += [f for ref in refs for f in dp.paired_figures(cfg, ref, meas)]
     summ = d.summarize(figs)
     command = f"python validate/decisions.py {args.cases} --wait-idle"
     primary = "confirmed" if cfg.confirm_repeats else "first"
@@ -106,7 +124,11 @@ def main(argv=None) -> int:
                 f"{len(jobs)} runs recorded); rows marked (partial) are provisional and the summary counts "
                 "complete cases only. Run the command above on an idle machine to finish.")
     noise = d.noise_of(meas, cfg.repeats, cfg.repeats + cfg.confirm_repeats) if cfg.confirm_repeats else None
-    section = rep.format_section(cfg, figs, summ, command, note, noise)
+    identical = []
+    if cfg.paired_rounds:
+        from osdp_sim.calibrate import decisions_paired as dp
+        identical = dp.identical_pairs(cfg, refs, meas)
+    section = rep.format_section(cfg, figs, summ, command, note, noise, identical)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(cfg.out_dir / "decisions.json", rep.results_json(figs, summ))
     (cfg.out_dir / "report.md").write_text(rep.format_details(refs, meas))

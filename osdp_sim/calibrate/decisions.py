@@ -330,6 +330,8 @@ class PlanMeasurement:
     """First-round repeats recorded."""
     repeats_samples_per_s: tuple[float, ...] = ()
     """Every ok repeat's samples/s, in repeat order (the first round's first)."""
+    first_ok: int = 0
+    """How many of those are the first round's."""
 
 
 def measure(jobs: dict, repeats: int) -> dict[str, PlanMeasurement]:
@@ -356,15 +358,15 @@ def measure(jobs: dict, repeats: int) -> dict[str, PlanMeasurement]:
                 if r < repeats:
                     first.append(v)
         out[k] = PlanMeasurement("ok" if sps else last, statistics.median(sps) if sps else None, len(sps), n,
-                                 statistics.median(first) if first else None, n_first, tuple(sps))
+                                 statistics.median(first) if first else None, n_first, tuple(sps), len(first))
     return out
 
 
 def first_round(meas: dict[str, PlanMeasurement]) -> dict[str, PlanMeasurement]:
     """The measurements as the first round alone gives them."""
     return {k: PlanMeasurement("ok" if m.first_samples_per_s else m.status, m.first_samples_per_s,
-                               m.repeats_ok, m.first_recorded, m.first_samples_per_s, m.first_recorded,
-                               m.repeats_samples_per_s)
+                               m.first_ok, m.first_recorded, m.first_samples_per_s, m.first_recorded,
+                               m.repeats_samples_per_s[:m.first_ok], m.first_ok)
             for k, m in meas.items()}
 
 
@@ -403,7 +405,8 @@ class DecisionFigures:
     case: str
     profile: str
     round: str
-    """'first' (the first round's medians) or 'confirmed' (the contenders' medians over both rounds)."""
+    """'first' (the first round's medians), 'confirmed' (the contenders' medians over both rounds) or
+    'paired' (the paired comparison of the confirmed round's deciding plans: decisions_paired.py)."""
     complete: bool
     """Every reference plan has all its repeats recorded (else the figures are provisional)."""
     search_pick: str
@@ -424,6 +427,12 @@ class DecisionFigures:
     measured_plans: int
     """Reference plans that ran ok."""
     reference_plans: int
+    search_loss_se: float | None = None
+    """Paired round only: the standard error of search_loss (records/comparison.py)."""
+    tune_loss_se: float | None = None
+    """Paired round only: the standard error of tune_loss."""
+    rounds: int = 0
+    """Paired round only: the rounds the comparison finished."""
 
     @property
     def search_is_best(self) -> bool:
@@ -450,16 +459,14 @@ def figures(ref: CaseReference, meas: dict[str, PlanMeasurement], expected: dict
     complete = all(meas.get(k) is not None and meas[k].repeats_recorded >= expected.get(k, 0) for k in ref.plans)
     best_k = max(ok, key=ok.get) if ok else None
     best_sps = ok[best_k] if best_k else None
-    all_base = {k for c in ref.profiles.values() for k in c.baselines.values()}
-    base_meas = [ok[k] for k in all_base if k in ok]
+    base_k = best_baseline(ref, ok)
+    base_meas = [ok[base_k]] if base_k else []
     out = []
     for name, c in ref.profiles.items():
         pred = c.predicted_samples_per_s
         pred_base = max((pred[k] for k in c.baselines.values()), default=None)
         pick_sps = ok.get(c.search_pick)
-        near = [(f"search top {i + 1}", k) for i, k in enumerate(c.top[1:1 + tune_near], 1)]
-        tune_ok = [(lab, k) for lab, k in c.tune + near if k in ok]
-        tune_lab, tune_k = max(tune_ok, key=lambda t: ok[t[1]]) if tune_ok else (None, None)
+        tune_lab, tune_k = tune_choice(c, meas, tune_near)
         out.append(DecisionFigures(
             case=ref.case, profile=name, round=round_name, complete=complete,
             search_pick=describe(ref.plans[c.search_pick]),
@@ -470,6 +477,33 @@ def figures(ref: CaseReference, meas: dict[str, PlanMeasurement], expected: dict
             best=None if best_k is None else f"{ref.labels[best_k][0]} ({describe(ref.plans[best_k])})",
             best_samples_per_s=best_sps, measured_plans=len(ok), reference_plans=len(ref.plans)))
     return out
+
+
+def tune_choice(c: ProfileChoices, meas: dict[str, PlanMeasurement], tune_near: int) -> tuple[str | None, str | None]:
+    """(label, plan key) of the tune's pick, as calibrate/tune.py `choose` makes it: of the
+    profile's tune candidates and the search's next tune_near distinct plans, the measured fastest,
+    unless its lead over the search's pick is within noise (calibrate/noise.py: SIGNIFICANCE
+    standard errors of the difference of the medians, from the repeats); (None, None) when none
+    was measured."""
+    from osdp_sim.calibrate.noise import lead, overrules
+    ok = {k: m for k, m in meas.items() if m.status == "ok" and m.samples_per_s}
+    near = [(f"search top {i + 1}", k) for i, k in enumerate(c.top[1:1 + tune_near], 1)]
+    tune_ok = [(lab, k) for lab, k in c.tune + near if k in ok]
+    if not tune_ok:
+        return None, None
+    fastest = max(tune_ok, key=lambda t: ok[t[1]].samples_per_s)
+    pick = next((t for t in tune_ok if t[0] == "search pick"), None)
+    if pick is None or pick[1] == fastest[1]:
+        return fastest
+    gap, se = lead(list(ok[fastest[1]].repeats_samples_per_s), list(ok[pick[1]].repeats_samples_per_s))
+    return fastest if overrules(gap, se) else pick
+
+
+def best_baseline(ref: CaseReference, ok: dict[str, float]) -> str | None:
+    """The measured fastest baseline of any profile (ok: plan key -> samples/s)."""
+    base = {k for c in ref.profiles.values() for k in c.baselines.values()}
+    keys = [k for k in ref.plans if k in base and k in ok]      # the set's order: ties go to the first
+    return max(keys, key=ok.get) if keys else None
 
 
 def _loss(sps: float | None, best: float | None) -> float | None:

@@ -16,7 +16,7 @@ DEFAULT_RUN_S = 30.0
 
 _TOP = {"name", "description", "out_dir", "run_hardware", "profiles", "repeats", "warmup", "iters",
         "threads", "top_n", "tune", "time_limit_s", "run_timeout_s", "search_time_limit_s",
-        "precision", "run_seconds", "cases", "baselines", "confirm"}
+        "precision", "run_seconds", "cases", "baselines", "confirm", "paired"}
 BASELINES = ("ddp", "zero2", "zero3", "ddp_per_block", "zero2_per_block", "zero3_per_block")
 """Uniform strategies with checkpointing all or none (each at its best setting), and with per-block
 checkpointing (planner/baselines.py)."""
@@ -84,6 +84,14 @@ class DecisionsConfig:
     confirm_within: float = 0.08
     """Contenders: plans whose first-round median is within this fraction of the case's best, each
     profile's search pick, and each profile's tune candidates within it of the best of them."""
+    paired_rounds: int = 0
+    """Rounds of the paired comparison of each case's deciding plans after the confirmation
+    (calibrate/decisions_paired.py; 0: no paired round)."""
+    paired_within: float = 0.05
+    """Besides the picks, the fastest baseline and the best: the plans whose confirmed median is
+    within this fraction of the best join the comparison."""
+    paired_max_plans: int = 6
+    """At most this many plans per comparison (the picks, baseline and best always)."""
 
 
 def load_config(path: str) -> DecisionsConfig:
@@ -111,6 +119,12 @@ def load_config(path: str) -> DecisionsConfig:
     within = confirm.get("within", 0.08)
     if isinstance(within, bool) or not isinstance(within, (int, float)) or not 0 < within < 1:
         fail("confirm.within", f"expected a fraction between 0 and 1, got {within!r}")
+    paired = data.get("paired") or {}
+    if not isinstance(paired, dict) or set(paired) - {"rounds", "within", "max_plans"}:
+        fail("paired", "expected {rounds: N, within: FRACTION, max_plans: M}")
+    paired_within = paired.get("within", 0.05)
+    if isinstance(paired_within, bool) or not isinstance(paired_within, (int, float)) or not 0 <= paired_within < 1:
+        fail("paired.within", f"expected a fraction between 0 and 1, got {paired_within!r}")
     tune = data.get("tune") or {}
     if not isinstance(tune, dict) or set(tune) - {"candidates", "baselines", "near"}:
         fail("tune", "expected {candidates: K, baselines: B, near: N}")
@@ -184,7 +198,9 @@ def load_config(path: str) -> DecisionsConfig:
         time_limit_s=seconds("time_limit_s", 2400), run_timeout_s=seconds("run_timeout_s", 300),
         search_time_limit_s=seconds("search_time_limit_s", 30), precision=precision,
         run_seconds={str(k): float(v) for k, v in run_s.items()}, baselines=tuple(bases),
-        confirm_repeats=count("repeats", 0, lo=0, src=confirm, where="confirm."), confirm_within=float(within))
+        confirm_repeats=count("repeats", 0, lo=0, src=confirm, where="confirm."), confirm_within=float(within),
+        paired_rounds=count("rounds", 0, lo=0, src=paired, where="paired."), paired_within=float(paired_within),
+        paired_max_plans=count("max_plans", 6, lo=2, src=paired, where="paired."))
 
 
 def _whole(v, lo: int) -> bool:

@@ -1,6 +1,9 @@
 """The Decisions section of docs/accuracy.md and the per-plan report, from the figures of
 calibrate/decisions.py."""
 
+import math
+import statistics
+
 from osdp_sim.calibrate.decisions import (WITHIN, CaseReference, DecisionFigures, DecisionsConfig,
                                           DecisionSummary, PlanMeasurement, describe)
 
@@ -14,7 +17,7 @@ def _pct(v: float | None, signed: bool = True) -> str:
 
 
 def format_section(cfg: DecisionsConfig, figs: list[DecisionFigures], summary: list[DecisionSummary],
-                   command: str, note: str = "", noise=None) -> str:
+                   command: str, note: str = "", noise=None, identical=()) -> str:
     lines = [SECTION, "",
              "How often the search's pick and the tune's pick are the fastest plan measured (issue 15). Per "
              "(model, memory limit) case a **reference set** is run for real: the union over the "
@@ -76,6 +79,37 @@ def format_section(cfg: DecisionsConfig, figs: list[DecisionFigures], summary: l
     if cfg.confirm_repeats:
         lines += ["", "Losses in parentheses: the first round alone (every plan's median of "
                   f"{cfg.repeats}), before the contenders were measured again."]
+    paired = [f for f in figs if f.round == "paired"]
+    if paired:
+        lines += ["", f"**Paired round.** Per case, the plans that decide its figures (each profile's search "
+                  "pick and tune pick, the fastest baseline and the confirmed best, then the plans within "
+                  f"{cfg.paired_within:.0%} of the best, at most {cfg.paired_max_plans}) are trained side by side "
+                  f"in one process group (`osdp-sim compare`, {cfg.paired_rounds} rounds, each one step of every "
+                  "plan, the order rotated every round). A loss or gain is read from the paired speed ratio "
+                  "(the geometric mean over rounds of the per-round ratio) and carries its standard error "
+                  "(osdp_sim/records/comparison.py): what slows the machine for a few seconds slows both steps "
+                  "of a round, so the ratio is resolved far better than by separate runs. The best here is the "
+                  "fastest of the compared plans. The tune pick is the one the confirmed medians chose (as "
+                  "`osdp-sim tune` decides); the gains are over the fastest baseline by the confirmed medians.",
+                  "", "| case | profile | search loss | tune pick | tune loss | predicted gain | measured gain | "
+                  "best of the compared | plans | rounds |", "|---|---|---:|---|---:|---:|---:|---|---:|---:|"]
+        for f in paired:
+            lines.append(f"| {f.case}{'' if f.complete else ' (partial)'} | {f.profile} | "
+                         f"{_pm(f.search_loss, f.search_loss_se)} | {f.tune_pick or '-'} | "
+                         f"{_pm(f.tune_loss, f.tune_loss_se)} | {_pct(f.predicted_gain)} | {_pct(f.measured_gain)} | "
+                         f"{f.best or '-'} | {f.measured_plans} | {f.rounds} |")
+        if identical:
+            z = [abs(math.log(r.ratio)) / r.se for *_l, r in identical if r.se > 0]
+            lines += ["", f"**A check of the paired estimator.** {len(identical)} comparisons hold one plan twice "
+                      "(two profiles reach it through different plan-file versions, so the campaign keeps both); "
+                      "its two copies' true ratio is 1. Measured: "
+                      + "; ".join(f"{case} {a} / {b} {r.ratio:.3f} +- {r.se:.3f}" for case, a, b, r in identical)
+                      + (f". They differ by {statistics.median(z):.1f} standard errors (median; at most "
+                         f"{max(z):.1f}; about 0.7 is what an honest standard error gives). The mean squared "
+                         f"difference is {statistics.fmean(v * v for v in z):.2f} standard errors squared against 1 "
+                         f"expected: the quoted errors are about {math.sqrt(statistics.fmean(v * v for v in z)):.2f}x "
+                         "too small where above 1, from what differs between two model instances in one process "
+                         "(where their tensors lie), which pairing does not cancel." if z else ".")]
     lines += ["", "| profile | round | cases | search pick best | within 3% | worst loss | tune pick best | within 3% | "
               "worst loss | mean abs(pred - meas gain) | gains within 5 pts |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -160,7 +194,16 @@ def results_json(figs: list[DecisionFigures], summary: list[DecisionSummary]) ->
     if primary == "confirmed":
         out["first_round"] = {"cases": [asdict(f) for f in figs if f.round == "first"],
                               "summary": [asdict(s) for s in summary if s.round == "first"]}
+    if any(f.round == "paired" for f in figs):
+        out["paired_round"] = {"cases": [asdict(f) for f in figs if f.round == "paired"],
+                               "summary": [asdict(s) for s in summary if s.round == "paired"]}
     return stamped("decisions", out)
+
+
+def _pm(v: float | None, se: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1%}" + ("" if se is None else f" +- {se:.1%}")
 
 
 def _num(v: float | None) -> str:

@@ -58,6 +58,12 @@ class Measured:
     peak_memory_bytes: float | None
     """Largest measured peak (per rank) over the ok repeats."""
     records: tuple[str, ...]
+    repeats_samples_per_s: tuple[float, ...] = ()
+    """Every ok repeat's samples/s."""
+    paired_ratio: float | None = None
+    """With a paired comparison (RunSettings.paired_rounds): its speed over the paired best's."""
+    paired_se: float | None = None
+    """The standard error of paired_ratio."""
 
 
 @dataclass
@@ -77,6 +83,11 @@ class TuneResult:
     """Runs the refit used: the tune's plus the profile's earlier records found on disk."""
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    paired: dict | None = None
+    """The paired comparison of the contenders, when one ran: path, status, rounds."""
+    chosen: str | None = None
+    """Label of the candidate whose plan is `plan`: the measured fastest, or the search's pick when
+    the fastest's lead over it is within noise (choose)."""
 
     @property
     def search_pick(self) -> Measured:
@@ -91,9 +102,11 @@ class TuneResult:
                          "predicted_samples_per_s": m.candidate.predicted_samples_per_s,
                          "predicted_peak_bytes": m.candidate.predicted_peak_bytes,
                          "measured_samples_per_s": m.samples_per_s,
-                         "measured_peak_bytes": m.peak_memory_bytes, "records": list(m.records)}
+                         "measured_peak_bytes": m.peak_memory_bytes, "records": list(m.records),
+                         "paired_ratio_to_best": m.paired_ratio, "paired_se": m.paired_se}
                         for m in self.ranking],
-            "refit_runs": self.refit_runs, "notes": list(self.notes)})
+            "refit_runs": self.refit_runs, "notes": list(self.notes), "paired": self.paired,
+            "chosen": self.chosen})
 
 
 # ---------------------------------------------------------------- candidates
@@ -200,6 +213,9 @@ class RunSettings:
     """About twice the spread between repeats of one plan on an idle machine (4.7% on the 2-core
     CPU, docs/accuracy.md): candidates closer than this to the fastest are not told apart by one
     round."""
+    paired_rounds: int = 0
+    """Instead of `confirm` more runs, time the contenders side by side for this many rounds
+    (osdp-sim compare, calibrate/paired.py) and pick the paired best (0: do not)."""
 
 
 def _campaign(settings: RunSettings, name: str) -> Campaign:
@@ -253,7 +269,7 @@ def measured(cands: list[Candidate], jobs: list[Job]) -> list[Measured]:
                 sps.append(cand.plan.global_batch / step_s)
                 peaks.append(float(rec.measured_peak_memory_bytes))
         out.append(Measured(cand, "ok" if sps else last, statistics.median(sps) if sps else None,
-                            max(peaks) if peaks else None, tuple(paths)))
+                            max(peaks) if peaks else None, tuple(paths), tuple(sps)))
     return out
 
 
@@ -323,7 +339,16 @@ def tune(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, se
     run_limit = None if runs_left is None else max(1.0, runs_left - max(30.0, 0.2 * runs_left) * refit)
     t_runs = time.monotonic()
     summary = run_campaign(camp, jobs=jobs, log=log, time_limit_s=run_limit)
-    if settings.confirm and not summary.left:
+    comparison, which, notes = None, [], []
+    if settings.paired_rounds and not summary.left:
+        which = contenders(measured(cands, jobs), settings.confirm_within)
+        if len(which) > 1:
+            limit2 = None if run_limit is None else max(1.0, run_limit - (time.monotonic() - t_runs))
+            comparison = _compare(cands, which, measured(cands, jobs), settings, limit2, log)
+            if comparison.status != "ok":
+                notes.append(f"paired comparison: {comparison.status} after {comparison.rounds} rounds "
+                             f"({(comparison.data['failure'] or {}).get('reason', 'no reason given')})")
+    elif settings.confirm and not summary.left:
         which = contenders(measured(cands, jobs), settings.confirm_within)
         if len(which) > 1:
             more = jobs_for(cands, camp, settings.confirm, first=settings.repeats, which=which)
@@ -333,14 +358,28 @@ def tune(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, se
             summary = run_campaign(camp, jobs=more, log=log, time_limit_s=limit2)
             jobs = jobs + more
     ranked = measured(cands, jobs)
+    paired_first = []
+    if comparison is not None and comparison.best is not None and comparison.rounds >= 2:
+        for j, i in enumerate(which):
+            r = comparison.ratio(j, comparison.best)
+            ranked[i] = replace(ranked[i], paired_ratio=r.ratio, paired_se=r.se)
+        paired_first = sorted((ranked[i] for i in which), key=lambda m: -m.paired_ratio)
     ok = [m for m in ranked if m.status == "ok"]
-    ranking = sorted(ok, key=lambda m: -m.samples_per_s) + \
+    # the contenders in their paired order first (all within confirm_within of the fastest median),
+    # then the other candidates by their medians
+    ranking = paired_first + sorted((m for m in ok if m.paired_ratio is None), key=lambda m: -m.samples_per_s) + \
         sorted((m for m in ranked if m.status != "ok"), key=lambda m: -m.candidate.predicted_samples_per_s)
     rho = spearman([m.candidate.predicted_samples_per_s for m in ok], [m.samples_per_s for m in ok])
     status = "no_run" if not ok else ("partial" if summary.left else "measured")
-    notes = [f"{m.candidate.label}: {m.status}" for m in ranked if m.status not in ("ok", "not run")]
-    best = ranking[0].candidate.plan if ok else None
-    result = TuneResult(status, best, ranking, rho, None, notes=notes)
+    notes += [f"{m.candidate.label}: {m.status}" for m in ranked if m.status not in ("ok", "not run")]
+    chosen, why = choose(ranking)
+    if why:
+        notes.append(why)
+    best = chosen.candidate.plan if chosen else None
+    result = TuneResult(status, best, ranking, rho, None, notes=notes, chosen=chosen.candidate.label if chosen else None,
+                        paired=None if comparison is None else {
+                            "path": str(out_dir / "paired.json"), "status": comparison.status,
+                            "rounds": comparison.rounds})
     if refit and ok:
         result.profile, result.refit_runs = _refit(hw, [str(camp.records_dir)], refit_starts, left(), log,
                                                    notes, with_earlier=refit_on == "all")
@@ -352,6 +391,55 @@ def tune(spec: ModelSpec, hw: HardwareProfile, mem_limit_bytes: float, space, se
                          "refit on the tune's runs alone (--refit-on tune) or re-run the profile's campaign")
     result.seconds = time.monotonic() - t0
     return result
+
+
+def choose(ranking: list[Measured]) -> tuple[Measured | None, str]:
+    """The tune's answer from its ranking (measured fastest first) and why, when it is not the
+    fastest: the search's pick is kept unless the fastest's lead over it is beyond noise
+    (calibrate/noise.py: SIGNIFICANCE standard errors of the paired ratio, or of the difference of
+    the two medians from their repeats' spread; with one run each, any lead counts)."""
+    from osdp_sim.calibrate.noise import SIGNIFICANCE, lead, overrules
+    ok = [m for m in ranking if m.status == "ok"]
+    if not ok:
+        return None, ""
+    best = ok[0]
+    pick = next((m for m in ok if m.candidate.label == "search pick"), None)
+    if pick is None or pick is best:
+        return best, ""
+    if best.paired_ratio is not None and pick.paired_ratio is not None:
+        gap, se = best.paired_ratio / pick.paired_ratio - 1, pick.paired_se
+    else:
+        gap, se = lead(list(best.repeats_samples_per_s), list(pick.repeats_samples_per_s))
+    if overrules(gap, se):
+        return best, ""
+    return pick, (f"kept the search's pick: {best.candidate.label} measured {gap:+.1%} +- {se:.1%} ahead of it, "
+                  f"within {SIGNIFICANCE:g} standard errors")
+
+
+def _compare(cands: list[Candidate], which: list[int], first: list[Measured], settings: RunSettings,
+             seconds_left: float | None, log):
+    """The contenders `which` timed side by side (out_dir/paired.json; a finished comparison of
+    the same plans and rounds is read back, so a resumed tune does not run it again)."""
+    from osdp_sim.calibrate.distinct import plan_key
+    from osdp_sim.calibrate.paired import CompareSettings, run_comparison
+    from osdp_sim.records.comparison import load_comparison
+    path = settings.out_dir / "paired.json"
+    plans = [cands[i].plan for i in which]
+    if path.is_file():
+        done = load_comparison(path)
+        if (done.status == "ok" and done.data["settings"].get("rounds") == settings.paired_rounds
+                and [plan_key(p.plan) for p in done.plans] == [plan_key(p) for p in plans]):
+            _say(log, f"tune: the paired comparison of {len(plans)} contenders is recorded ({path})")
+            return done
+    step_s = sum(cands[i].plan.global_batch / first[i].samples_per_s for i in which)
+    est_s = (settings.paired_rounds + settings.warmup) * step_s + 15.0
+    timeout = max(60.0, 3 * est_s) if seconds_left is None else max(1.0, seconds_left)
+    _say(log, f"tune: comparing the {len(plans)} candidates within {settings.confirm_within:.0%} of the fastest "
+              f"side by side: {settings.paired_rounds} rounds, about {est_s / 60:.1f} min")
+    cs = CompareSettings(device=settings.device, backend=settings.backend, warmup=settings.warmup,
+                         rounds=settings.paired_rounds, seed=settings.seed, threads=settings.threads,
+                         timeout_s=timeout)
+    return run_comparison(plans, [cands[i].label for i in which], settings.hardware, path, cs, echo=log)
 
 
 def _refit(hw: HardwareProfile, tune_dirs: list[str], starts: int, seconds_left, log, notes, *,

@@ -22,6 +22,7 @@ COMMANDS = {
     "campaign": "osdp_sim.cli.campaign_cmd",
     "sweep": "osdp_sim.cli.sweep_cmd",
     "tune": "osdp_sim.cli.tune_cmd",
+    "compare": "osdp_sim.cli.compare_cmd",
 }
 
 
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands that run torch; the core (estimate, search, pareto, calibrate) never imports it.
-NEEDS_TORCH = ("validate", "profile-hw", "campaign")
+NEEDS_TORCH = ("validate", "profile-hw", "campaign", "compare")
 
 
 def _require_torch(command: str) -> None:

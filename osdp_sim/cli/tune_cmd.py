@@ -36,6 +36,10 @@ def add_arguments(p) -> None:
     p.add_argument("--confirm-within", type=percent, default=8.0, metavar="PCT",
                    help="what counts as a near-tie, in percent of the fastest (default 8: about twice the "
                         "spread between repeats of one plan)")
+    p.add_argument("--paired", type=nonneg_int, default=0, metavar="ROUNDS",
+                   help="instead of --confirm's runs, train the candidates within --confirm-within of the fastest "
+                        "side by side for ROUNDS rounds (osdp-sim compare) and keep the paired best: near-ties "
+                        "told apart to about 12%% / sqrt(ROUNDS) on the 2-core CPU (default 0: off)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--backend", choices=("fsdp2", "fairscale"), default="fsdp2")
     p.add_argument("--warmup", type=nonneg_int, default=2, help="untimed steps per run (default 2)")
@@ -76,7 +80,7 @@ def run(args) -> int:
     settings = RunSettings(hardware=args.hw, out_dir=out_dir, device=args.device, backend=args.backend,
                            warmup=args.warmup, iters=args.iters, repeats=args.repeats,
                            threads=args.threads, timeout_s=args.run_timeout, confirm=args.confirm,
-                           confirm_within=args.confirm_within / 100.0)
+                           confirm_within=args.confirm_within / 100.0, paired_rounds=args.paired)
     res = tune(spec, hw, limit, space, settings, k=args.candidates, baselines=args.baselines, near=args.near,
                refit=not args.no_refit, refit_starts=args.refit_starts, refit_on=args.refit_on,
                time_limit_s=args.time_limit)
@@ -95,13 +99,17 @@ def format_tune(res, spec, hw, limit_bytes: float) -> str:
     from osdp_sim.costmodel import estimate
     lines = [f"tune {spec.name} on {hw.name} within {format_bytes(limit_bytes)}: {res.status} "
              f"({STATUSES[res.status]}), {res.seconds:.0f} s", ""]
-    rows = [("", "predicted samples/s", "measured samples/s", "predicted peak", "measured peak", "status")]
+    paired = res.paired is not None and any(m.paired_ratio is not None for m in res.ranking)
+    rows = [("", "predicted samples/s", "measured samples/s", "predicted peak", "measured peak", "status")
+            + (("paired ratio to best",) if paired else ())]
     for m in res.ranking:
         c = m.candidate
         rows.append((c.label, f"{c.predicted_samples_per_s:.3f}",
                      "-" if m.samples_per_s is None else f"{m.samples_per_s:.3f}",
                      format_bytes(c.predicted_peak_bytes),
-                     "-" if m.peak_memory_bytes is None else format_bytes(m.peak_memory_bytes), m.status))
+                     "-" if m.peak_memory_bytes is None else format_bytes(m.peak_memory_bytes), m.status)
+                    + ((("-" if m.paired_ratio is None else f"{m.paired_ratio:.3f} +- {m.paired_se:.3f}"),)
+                       if paired else ()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  " + "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
               for r in rows]
@@ -109,8 +117,15 @@ def format_tune(res, spec, hw, limit_bytes: float) -> str:
     if ok:
         best, pick = ok[0], res.search_pick
         lines.append("")
-        lines.append(f"measured fastest: {best.candidate.label}, {best.samples_per_s:.3f} samples/s")
-        if pick.samples_per_s is not None and pick is not best:
+        how = (f" (paired best of {sum(m.paired_ratio is not None for m in ok)} over {res.paired['rounds']} rounds)"
+               if paired else "")
+        lines.append(f"measured fastest: {best.candidate.label}, {best.samples_per_s:.3f} samples/s{how}")
+        if res.chosen and res.chosen != best.candidate.label:
+            lines.append(f"chosen: {res.chosen} (the fastest's lead is within noise; see the note)")
+        if paired and pick.paired_ratio is not None and pick is not best:
+            lines.append(f"the search's pick measured {pick.paired_ratio - 1:+.1%} +- {pick.paired_se:.1%} against it, "
+                         f"side by side (predicted {pick.candidate.predicted_samples_per_s / best.candidate.predicted_samples_per_s - 1:+.1%})")
+        elif pick.samples_per_s is not None and pick is not best:
             lines.append(f"the search's pick measured {pick.samples_per_s / best.samples_per_s - 1:+.1%} "
                          f"against it (predicted {pick.candidate.predicted_samples_per_s / best.candidate.predicted_samples_per_s - 1:+.1%})")
         if res.spearman is not None:

@@ -118,17 +118,6 @@ def runtime_plan(plan, impl: str):
     return dataclasses.replace(plan, model=model)
 
 
-def predict(plan, hw, impl: str = "osdp") -> dict | None:
-    """The cost model's prediction for this plan on the profile (None if it cannot say)."""
-    from osdp_sim.costmodel import estimate
-    from osdp_sim.model.config import for_implementation
-    from osdp_sim.model.spec import build_spec
-    from osdp_sim.records import predicted_from_estimate
-    if hw.device.count != plan.devices:
-        hw = hw.with_devices(plan.devices)
-    return predicted_from_estimate(estimate(build_spec(for_implementation(plan.model, impl)), hw, plan))
-
-
 # Flags that shape a uniform plan; a plan file fixes all of them (and would silently win).
 _UNIFORM_FLAGS = (("model", "--model"), ("seq_len", "--seq-len"), ("micro_batch", "--micro-batch"),
                   ("grad_accum", "--grad-accum"), ("precision", "--precision"), ("optimizer", "--optimizer"),
@@ -180,6 +169,7 @@ def run(args) -> int:
     import time
     from osdp_sim.hardware.load import load_profile, resolve_profile_path
     from osdp_sim.plan import plan_to_dict
+    from osdp_sim.records import predict
     from osdp_sim.runtime import launch as launcher
 
     started_s = time.monotonic()                     # --timeout covers the whole command

@@ -171,6 +171,17 @@ def _rel(predicted, measured):
     return (predicted - measured) / measured
 
 
+def predict(plan: Plan, hw, impl: str = "osdp") -> dict:
+    """The record's `predicted` block: the cost model's prediction for `plan` on profile `hw`
+    (resized to the plan's device count), of the model `impl` runs."""
+    from osdp_sim.costmodel import estimate
+    from osdp_sim.model.config import for_implementation
+    from osdp_sim.model.spec import build_spec
+    if hw.device.count != plan.devices:
+        hw = hw.with_devices(plan.devices)
+    return predicted_from_estimate(estimate(build_spec(for_implementation(plan.model, impl)), hw, plan))
+
+
 def predicted_from_estimate(est) -> dict:
     """The record's `predicted` block from a costmodel Estimate."""
     return {"iteration_time_s": est.iteration_time_s,

@@ -541,7 +541,7 @@ def run_in_process(spec: dict) -> RunOutcome | None:
     spec = dict(spec, run_id=run_id)
     faulthandler_on()
     t0 = time.monotonic()
-    result = worker.run_rank(spec, rank, world, local_rank)
+    result = worker.run_spec(spec, rank, world, local_rank)
     threads = int(spec["threads_per_rank"])
     if result["status"] != "ok":
         results = [None] * world

@@ -279,29 +279,7 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
         result["env"] = rank_env(torch, device, backend, threads)
         progress(rank, f"started (pid {os.getpid()}, {threads} thread(s), {device})")
 
-        from osdp_sim.runtime.parallelize import make_optimizer
-        loss_fn = builtin_loss
-        if spec.get("impl", "osdp") == "hf":
-            model = build_hf_model(spec["hf_config"], plan, seed=int(spec["seed"]))
-            from osdp_sim.runtime.apply import apply_plan as apply_to_hf
-            model = apply_to_hf(model, plan, device=device, backend=backend).model
-            loss_fn = hf_loss
-        elif fake_world:
-            # only this rank's shards are ever allocated (runtime/fake_world.py)
-            from osdp_sim.runtime.fake_world import materialise_local
-            from osdp_sim.runtime.modules import build_model
-            from osdp_sim.runtime.parallelize import apply_plan
-            with torch.device("meta"):
-                model = build_model(plan.model, seed=int(spec["seed"]))
-            model = apply_plan(model, plan, backend=backend, device=device)
-            materialise_local(model, device, int(spec["seed"]))
-        else:
-            from osdp_sim.runtime.modules import build_model
-            from osdp_sim.runtime.parallelize import apply_plan
-            model = build_model(plan.model, seed=int(spec["seed"]))
-            model = apply_plan(model, plan, backend=backend, device=device)
-        opt = make_optimizer(model, plan)
-        tokens = Tokens(plan.model, plan.micro_batch, int(spec["seed"]), rank, device)
+        model, opt, tokens, loss_fn = build_trainable(spec, plan, device, rank)
         fault = parse_fault(rank)
         barrier = (lambda: dist.barrier(device_ids=[local_rank])) if device_kind == "cuda" else dist.barrier
         sync = torch.cuda.synchronize if device_kind == "cuda" else (lambda: None)
@@ -383,6 +361,45 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
     return result
 
 
+def run_spec(spec: dict, rank: int, world: int, local_rank: int) -> dict:
+    """This rank's part of the spec: one plan's run (validate), or several plans interleaved
+    (spec["mode"] "compare": runtime/compare.py)."""
+    if spec.get("mode") == "compare":
+        from osdp_sim.runtime.compare import compare_rank
+        return compare_rank(spec, rank, world, local_rank)
+    return run_rank(spec, rank, world, local_rank)
+
+
+def build_trainable(spec: dict, plan, device, rank: int):
+    """(model, optimizer, tokens, loss_fn) of `plan` as `spec` says to build it: transformers'
+    model of spec["hf_config"] (impl "hf"), the runtime's own modules on the meta device with only
+    this rank's shards materialised (fake_world), or the runtime's own modules."""
+    import torch
+    from osdp_sim.runtime.parallelize import make_optimizer
+    seed = int(spec["seed"])
+    loss_fn = builtin_loss
+    if spec.get("impl", "osdp") == "hf":
+        from osdp_sim.runtime.apply import apply_plan as apply_to_hf
+        model = build_hf_model(spec["hf_config"], plan, seed=seed)
+        model = apply_to_hf(model, plan, device=device, backend=spec["backend"]).model
+        loss_fn = hf_loss
+    elif spec.get("fake_world"):
+        # only this rank's shards are ever allocated (runtime/fake_world.py)
+        from osdp_sim.runtime.fake_world import materialise_local
+        from osdp_sim.runtime.modules import build_model
+        from osdp_sim.runtime.parallelize import apply_plan
+        with torch.device("meta"):
+            model = build_model(plan.model, seed=seed)
+        model = apply_plan(model, plan, backend=spec["backend"], device=device)
+        materialise_local(model, device, seed)
+    else:
+        from osdp_sim.runtime.modules import build_model
+        from osdp_sim.runtime.parallelize import apply_plan
+        model = build_model(plan.model, seed=seed)
+        model = apply_plan(model, plan, backend=spec["backend"], device=device)
+    return model, make_optimizer(model, plan), Tokens(plan.model, plan.micro_batch, seed, rank, device), loss_fn
+
+
 def build_hf_model(config_path: str, plan, *, seed: int):
     """transformers' model of a config.json, random weights from `seed` (the same on every rank),
     fp32 master weights (the plan's precision is applied by apply_plan), sdpa attention, the
@@ -430,7 +447,7 @@ def main(argv=None) -> int:
     if spec.get("backend") == "fairscale" and spec.get("device") == "cpu":
         os.environ.setdefault("ENABLE_NCCL_BASE_COLLECTIVES", "0")   # before fairscale is imported
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    result = run_rank(spec, rank, world, int(os.environ.get("LOCAL_RANK", rank)))
+    result = run_spec(spec, rank, world, int(os.environ.get("LOCAL_RANK", rank)))
     sys.stderr.flush()
     if result["status"] != "ok":
         # Other ranks may be blocked in a collective: leave without the process-group teardown.
