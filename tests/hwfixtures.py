@@ -5,6 +5,27 @@ from osdp_sim.hardware.profile import (CollectiveSpec, ComputeSpec, DeviceSpec, 
 
 GiB = 2**30
 
+ROUND_CPU_PROFILE_YAML = """\
+schema: osdp-sim/hardware
+version: 1
+name: test-cpu
+description: a round-number 2-core CPU profile for tests
+device: {kind: cpu, name: test cpu, count: 2, per_node: 2, memory_gib: 8, usable_memory_gib: 8}
+compute:
+  peak_tflops: {fp32: 0.05, bf16: 0.05}
+  gemm_efficiency: {fp32: [[0.001, 0.5], [1, 0.5]], bf16: [[0.001, 0.5], [1, 0.5]]}
+  memory_bandwidth_gbps: 10
+  bandwidth_efficiency: 0.5
+  backward_forward_ratio: 2.0
+  kernel_launch_us: 10
+collectives:
+  launch_us: 50
+  intra_node: {latency_us: 200, busbw_gbps: 1.0}
+overlap: {slowdown: 1.0}
+memory: {context_mib: 0, fragmentation: 0.0}
+"""
+"""A round-number 2-core CPU profile file for tests that run ranks (validate, compare)."""
+
 
 def simple_hw(count: int = 8, per_node: int = 8, busbw_gbps: float = 10.0, latency_s: float = 0.0,
               launch_s: float = 0.0, peak_tflops: float = 100.0, eff: float = 0.5,

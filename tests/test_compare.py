@@ -20,29 +20,12 @@ from osdp_sim.records.comparison import (build_comparison, best_index, compariso
                                          paired_ratio, round_times, save_comparison)
 from osdp_sim.runtime.compare import round_order
 
+from hwfixtures import ROUND_CPU_PROFILE_YAML as CPU_PROFILE
+
 CFG = ModelConfig(name="tiny", family="gpt2", n_layers=2, hidden=64, n_heads=2, vocab_size=256, seq_len=32)
 PLAN_A = uniform_plan(CFG, "zero3", devices=2, micro_batch=2, precision="fp32")
 PLAN_B = uniform_plan(CFG, "zero2", devices=2, micro_batch=4, precision="fp32")
 
-CPU_PROFILE = """\
-schema: osdp-sim/hardware
-version: 1
-name: test-cpu
-description: a round-number 2-core CPU profile for tests
-device: {kind: cpu, name: test cpu, count: 2, per_node: 2, memory_gib: 8, usable_memory_gib: 8}
-compute:
-  peak_tflops: {fp32: 0.05, bf16: 0.05}
-  gemm_efficiency: {fp32: [[0.001, 0.5], [1, 0.5]], bf16: [[0.001, 0.5], [1, 0.5]]}
-  memory_bandwidth_gbps: 10
-  bandwidth_efficiency: 0.5
-  backward_forward_ratio: 2.0
-  kernel_launch_us: 10
-collectives:
-  launch_us: 50
-  intra_node: {latency_us: 200, busbw_gbps: 1.0}
-overlap: {slowdown: 1.0}
-memory: {context_mib: 0, fragmentation: 0.0}
-"""
 
 
 # ---------------------------------------------------------------- the estimator, by hand
@@ -282,3 +265,11 @@ def test_one_plan_reached_twice_is_reported_as_a_check_of_the_estimator(tmp_path
     assert (case, a, b) == ("c", "a", "a2")
     # logs ln 1.25, ln 0.8 = +-0.22314: mean 0 -> ratio 1; stdev 0.31557 / sqrt(2) = 0.22314
     assert r.ratio == pytest.approx(1.0) and r.se == pytest.approx(0.22314, abs=1e-5)
+    # in the figures the two copies are one plan, their log speeds averaged per round: A runs at 10
+    # and 8 samples/s in both rounds (geometric mean sqrt(80)), B (8 samples in 0.8 s) at 10: B is
+    # the best and both profiles' pick (A) is 1 - sqrt(0.8) behind it, with no spread
+    from osdp_sim.calibrate.decisions_paired import paired_figures
+    before, after = paired_figures(cfg, ref, meas)
+    assert before.best.startswith("b (") and before.measured_plans == 2
+    assert before.search_loss == after.search_loss == pytest.approx(1 - math.sqrt(0.8))
+    assert before.search_loss_se == pytest.approx(0.0, abs=1e-12)

@@ -22,29 +22,12 @@ from osdp_sim.plan import plan_to_dict, save_plan, uniform_plan
 from osdp_sim.records import build_record, load_record, save_record
 from osdp_sim.runtime.launch import available_cores, launch
 
+from hwfixtures import ROUND_CPU_PROFILE_YAML as CPU_PROFILE
+
 CFG = ModelConfig(name="tiny", family="gpt2", n_layers=2, hidden=64, n_heads=2, vocab_size=256,
                   seq_len=32)
 PLAN = uniform_plan(CFG, "zero3", devices=2, micro_batch=2, precision="fp32")
 
-CPU_PROFILE = """\
-schema: osdp-sim/hardware
-version: 1
-name: test-cpu
-description: a round-number 2-core CPU profile for tests
-device: {kind: cpu, name: test cpu, count: 2, per_node: 2, memory_gib: 8, usable_memory_gib: 8}
-compute:
-  peak_tflops: {fp32: 0.05, bf16: 0.05}
-  gemm_efficiency: {fp32: [[0.001, 0.5], [1, 0.5]], bf16: [[0.001, 0.5], [1, 0.5]]}
-  memory_bandwidth_gbps: 10
-  bandwidth_efficiency: 0.5
-  backward_forward_ratio: 2.0
-  kernel_launch_us: 10
-collectives:
-  launch_us: 50
-  intra_node: {latency_us: 200, busbw_gbps: 1.0}
-overlap: {slowdown: 1.0}
-memory: {context_mib: 0, fragmentation: 0.0}
-"""
 
 
 @pytest.fixture

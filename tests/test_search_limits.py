@@ -191,11 +191,13 @@ def test_more_devices_hint_uses_their_own_shard_groups(capsys):
 
 
 def test_whole_command_keeps_the_time_limit_on_a_hard_instance(capsys):
-    # was: the search stopped at its limit, then the baselines ran on (20 s limit, 42 s command)
+    # was: the search stopped at its limit, then the baselines ran on (20 s limit, 42 s command).
+    # 8 s: the first incumbent comes at about 3 s on an idle 2-core machine; at 5 s a loaded one
+    # found none in the search's share and the command exited 2
     rc, out, _err, secs = run(["search", "--hw", "titan8", "--model", "mingpt-48l-1536", "--mem-limit", "8GiB",
-                               "--time-limit", "5"], capsys)
+                               "--time-limit", "8"], capsys)
     assert rc == 0 and "baselines" in out
-    assert secs < 5 + SLACK_S
+    assert secs < 8 + SLACK_S
 
 
 def test_pareto_keeps_its_time_limit_on_a_hard_instance(capsys, tmp_path):

@@ -6,14 +6,15 @@ speed ratios.
 Why: separate runs of one plan differ by 4-8% on the 2-core CPU, so the difference of two plans'
 medians of 6 runs carries a standard error of about 6%, twice the 3% the targets are stated in.
 Steps of two plans taken in the same rounds share the machine's state; their ratio's standard
-error is the per-round spread of the log ratio (about 12% here) over sqrt(rounds): 1.3% at 80.
+error is the per-round spread of the log ratio (about 12% here) over sqrt(rounds): 1.2% at 100.
 
-The deciding plans of a case: each profile's search pick, each profile's tune pick (its candidate
-measured fastest by the confirmed medians, as `osdp-sim tune` decides), the fastest baseline and
+The deciding plans of a case: each profile's search pick, each profile's tune pick (from the
+confirmed medians, as `osdp-sim tune` decides: decisions.tune_choice), the fastest baseline and
 the confirmed best; then the other plans within `paired.within` of the confirmed best, fastest
 first, up to `paired.max_plans` in all.
 """
 
+import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -44,9 +45,11 @@ def paired_path(cfg: DecisionsConfig, ref: CaseReference) -> Path:
 
 
 def read_paired(cfg: DecisionsConfig, ref: CaseReference, keys: list[str]):
-    """(the case's comparison record, plan key -> its index there) if the record is of the
-    configured rounds and holds every plan of `keys` (in any order, perhaps with more: a change of
-    the picks' rules that picks plans already compared reuses it), else None."""
+    """(the case's comparison record, plan key -> the indices of its entries there) if the record
+    is of the configured rounds and holds every plan of `keys` (in any order, perhaps with more: a
+    change of the picks' rules that picks plans already compared reuses it), else None. A plan the
+    record holds twice (two profiles reach it through different plan-file versions) has both its
+    entries: the figures pool them."""
     from osdp_sim.calibrate.distinct import plan_key
     from osdp_sim.records.comparison import load_comparison
     path = paired_path(cfg, ref)
@@ -56,17 +59,12 @@ def read_paired(cfg: DecisionsConfig, ref: CaseReference, keys: list[str]):
     if c.data["settings"].get("rounds") != cfg.paired_rounds:
         return None
     # keys name a plan as the reference set stored it (an older plan version's text, say): compare
-    # plans as this version writes them; a plan held twice is matched by its label
+    # plans as this version writes them
     where: dict[str, list[int]] = {}
     for i, p in enumerate(c.plans):
         where.setdefault(plan_key(p.plan), []).append(i)
-    index = {}
-    for k in keys:
-        found = where.get(plan_key(ref.plans[k]))
-        if not found:
-            return None
-        index[k] = next((i for i in found if c.plans[i].label == ref.labels[k][0]), found[0])
-    return c, index
+    entries = {k: where.get(plan_key(ref.plans[k])) for k in keys}
+    return None if any(v is None for v in entries.values()) else (c, entries)
 
 
 def estimate_seconds(cfg: DecisionsConfig, ref: CaseReference, keys: list[str], meas: dict[str, PlanMeasurement]) -> float:
@@ -121,20 +119,29 @@ def paired_figures(cfg: DecisionsConfig, ref: CaseReference, meas: dict[str, Pla
         return [replace(f, round="paired", search_loss_se=0.0, tune_loss_se=0.0)
                 for f in figures(ref, meas, {}, "paired", cfg.tune_near)]
     got = read_paired(cfg, ref, keys) if keys else None
-    if got is None or got[0].best is None:
+    if got is None or got[0].rounds == 0:
         return []
-    c, index = got
+    c, entries = got
+    # one plan held twice is one plan: its copies are pooled, and the best is the best plan
+    plans = {tuple(v) for v in entries.values()}
+    for i in range(len(c.plans)):
+        if not any(i in v for v in plans):
+            plans.add((i,))
+    best = max(plans, key=lambda v: statistics.fmean(c.log_speeds(list(v))))
     ok = {k: m.samples_per_s for k, m in meas.items() if k in ref.plans and m.status == "ok"}
     base_k = best_baseline(ref, ok)
+
+    def ratio(k, other=best):
+        return c.pooled_ratio(entries[k], list(other)) if k in entries else None
+
     out = []
     for name, ch in ref.profiles.items():
         pred = ch.predicted_samples_per_s
         pred_base = max((pred[k] for k in ch.baselines.values()), default=None)
-        pick = c.ratio(index[ch.search_pick], c.best) if ch.search_pick in index else None
+        pick = ratio(ch.search_pick)
         tune_lab, tune_k = tune_choice(ch, meas, cfg.tune_near)
-        tune = c.ratio(index[tune_k], c.best) if tune_k in index else None
-        gain = (c.ratio(index[ch.search_pick], index[base_k])
-                if ch.search_pick in index and base_k in index else None)
+        tune = ratio(tune_k)
+        gain = ratio(ch.search_pick, entries[base_k]) if base_k in entries else None
         out.append(DecisionFigures(
             case=ref.case, profile=name, round="paired", complete=c.status == "ok",
             search_pick=describe(ref.plans[ch.search_pick]),
@@ -142,12 +149,12 @@ def paired_figures(cfg: DecisionsConfig, ref: CaseReference, meas: dict[str, Pla
             measured_gain=None if gain is None else gain.ratio - 1,
             search_loss=None if pick is None else max(0.0, 1 - pick.ratio), tune_pick=tune_lab,
             tune_loss=None if tune is None else max(0.0, 1 - tune.ratio),
-            best=f"{c.plans[c.best].label} ({describe(c.plans[c.best].plan)})",
-            best_samples_per_s=c.plans[c.best].samples_per_s, measured_plans=len(c.plans),
-            reference_plans=len(ref.plans), search_loss_se=None if pick is None else pick.se,
+            best=f"{' = '.join(c.plans[i].label for i in best)} ({describe(c.plans[best[0]].plan)})",
+            best_samples_per_s=statistics.fmean(c.plans[i].samples_per_s for i in best),
+            measured_plans=len(plans), reference_plans=len(ref.plans),
+            search_loss_se=None if pick is None else pick.se,
             tune_loss_se=None if tune is None else tune.se, rounds=c.rounds))
     return out
-
 
 
 def identical_pairs(cfg: DecisionsConfig, refs: list[CaseReference], meas: dict[str, PlanMeasurement]):

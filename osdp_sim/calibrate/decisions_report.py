@@ -89,8 +89,10 @@ def format_section(cfg: DecisionsConfig, figs: list[DecisionFigures], summary: l
                   "(the geometric mean over rounds of the per-round ratio) and carries its standard error "
                   "(osdp_sim/records/comparison.py): what slows the machine for a few seconds slows both steps "
                   "of a round, so the ratio is resolved far better than by separate runs. The best here is the "
-                  "fastest of the compared plans. The tune pick is the one the confirmed medians chose (as "
-                  "`osdp-sim tune` decides); the gains are over the fastest baseline by the confirmed medians.",
+                  "fastest of the compared plans; a plan compared twice (two profiles reach it through "
+                  "different plan-file versions) is one plan, its copies' log speeds averaged per round. The "
+                  "tune pick is the one the confirmed medians chose (as `osdp-sim tune` decides, "
+                  "calibrate/noise.py); the gains are over the fastest baseline by the confirmed medians.",
                   "", "| case | profile | search loss | tune pick | tune loss | predicted gain | measured gain | "
                   "best of the compared | plans | rounds |", "|---|---|---:|---|---:|---:|---:|---|---:|---:|"]
         for f in paired:

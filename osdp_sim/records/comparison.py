@@ -147,6 +147,19 @@ class Comparison:
         pa, pb = self.plans[a], self.plans[b]
         return paired_ratio(list(pa.step_times_s), pa.plan.global_batch, list(pb.step_times_s), pb.plan.global_batch)
 
+    def log_speeds(self, entries: list[int]) -> list[float]:
+        """Per round, the mean over `entries` (copies of one plan, pooled) of log(samples/s)."""
+        return [statistics.fmean(math.log(self.plans[i].plan.global_batch / self.plans[i].step_times_s[r])
+                                 for i in entries) for r in range(self.rounds)]
+
+    def pooled_ratio(self, a: list[int], b: list[int]) -> PairedRatio | None:
+        """As ratio, with each side's entries pooled (their per-round log speeds averaged)."""
+        if self.rounds == 0:
+            return None
+        logs = [x - y for x, y in zip(self.log_speeds(a), self.log_speeds(b))]
+        se = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
+        return PairedRatio(math.exp(statistics.fmean(logs)), se, len(logs))
+
 
 def load_comparison(path) -> Comparison:
     return comparison_from_dict(read_json(path, "comparison record", "; a partly written record?"),

@@ -20,12 +20,11 @@ every round, so a run stopped by its time limit keeps the rounds it finished.
 
 import os
 import time
-import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from osdp_sim.runtime.worker import (apply_fault, build_trainable, is_oom, parse_fault, progress, rank_env,
-                                     train_step)
+from osdp_sim.runtime.worker import (apply_fault, build_trainable, parse_fault, progress, rank_env,
+                                     record_failure, train_step)
 
 
 def round_order(n_plans: int, round_index: int) -> list[int]:
@@ -111,12 +110,6 @@ def compare_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
             progress(rank, f"round {r + 1}/{rounds}")
         result["status"] = "ok"
     except Exception as e:                                   # noqa: BLE001 - every failure is recorded
-        result["status"] = "oom" if is_oom(e) else "error"
-        result["error"] = f"{type(e).__name__}: {e}"
-        result["traceback"] = traceback.format_exc()[-4000:]
-        if result["status"] == "oom":
-            progress(rank, f"out of memory in {result['reached']['phase']} step: {e}")
-        else:
-            traceback.print_exc()
+        record_failure(result, e, rank)
     write()
     return result

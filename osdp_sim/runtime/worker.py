@@ -350,15 +350,21 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
             result["memory"]["cuda_max_reserved_bytes"] = int(torch.cuda.max_memory_reserved(device))
         result["status"] = "ok"
     except Exception as e:                                   # noqa: BLE001 - every failure is recorded
-        result["status"] = "oom" if is_oom(e) else "error"
-        result["error"] = f"{type(e).__name__}: {e}"
-        result["traceback"] = traceback.format_exc()[-4000:]
-        if result["status"] == "oom":
-            progress(rank, f"out of memory in {result['reached']['phase']} step: {e}")
-        else:
-            traceback.print_exc()
+        record_failure(result, e, rank)
     write()
     return result
+
+
+def record_failure(result: dict, exc: BaseException, rank: int) -> None:
+    """Put the exception a rank's run ended with into its result: status oom or error, the
+    message, the traceback's tail (called inside the except block)."""
+    result["status"] = "oom" if is_oom(exc) else "error"
+    result["error"] = f"{type(exc).__name__}: {exc}"
+    result["traceback"] = traceback.format_exc()[-4000:]
+    if result["status"] == "oom":
+        progress(rank, f"out of memory in {result['reached']['phase']} step: {exc}")
+    else:
+        traceback.print_exc()
 
 
 def run_spec(spec: dict, rank: int, world: int, local_rank: int) -> dict:
