@@ -127,8 +127,9 @@ def test_the_search_pick_is_kept_unless_a_lead_over_it_is_beyond_noise():
     assert chosen is pick and "kept the search's pick: zero2 measured +4.0% +- 4.0% ahead" in why
     # twice the lead: 8% > 2 x 4.1%
     assert choose([m("zero2", 10.4, 10.8, 11.2), pick])[0].candidate.label == "zero2"
-    # one run each: no spread, any lead counts
+    # one run each: no spread, any lead counts; a tie keeps the pick
     assert choose([m("zero2", 10.1), m("search pick", 10.0)])[0].candidate.label == "zero2"
+    assert choose([m("zero2", 10.0), m("search pick", 10.0)])[0].candidate.label == "search pick"
     # paired: 1 / 0.98 - 1 = 2.04% against 2 x 1.2%: kept; against 2 x 0.9%: the fastest
     assert choose([m("zero2", 10, ratio=1.0, se=0.0), m("search pick", 9, ratio=0.98, se=0.012)])[0].candidate.label == "search pick"
     assert choose([m("zero2", 10, ratio=1.0, se=0.0), m("search pick", 9, ratio=0.98, se=0.009)])[0].candidate.label == "zero2"

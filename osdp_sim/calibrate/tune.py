@@ -215,7 +215,7 @@ class RunSettings:
     round."""
     paired_rounds: int = 0
     """Instead of `confirm` more runs, time the contenders side by side for this many rounds
-    (osdp-sim compare, calibrate/paired.py) and pick the paired best (0: do not)."""
+    (osdp-sim compare, calibrate/paired.py) and rank them by their paired ratios (0: do not)."""
 
 
 def _campaign(settings: RunSettings, name: str) -> Campaign:
@@ -412,6 +412,8 @@ def choose(ranking: list[Measured]) -> tuple[Measured | None, str]:
         gap, se = lead(list(best.repeats_samples_per_s), list(pick.repeats_samples_per_s))
     if overrules(gap, se):
         return best, ""
+    if se is None:                                   # one run each and no lead: a tie
+        return pick, f"kept the search's pick: {best.candidate.label} measured the same"
     return pick, (f"kept the search's pick: {best.candidate.label} measured {gap:+.1%} +- {se:.1%} ahead of it, "
                   f"within {SIGNIFICANCE:g} standard errors")
 
