@@ -20,11 +20,10 @@ every round, so a run stopped by its time limit keeps the rounds it finished.
 
 import os
 import time
-from datetime import timedelta
 from pathlib import Path
 
-from osdp_sim.runtime.worker import (apply_fault, build_trainable, parse_fault, progress, rank_env,
-                                     record_failure, train_step)
+from osdp_sim.runtime.worker import (apply_fault, build_trainable, init_group, parse_fault, progress, rank_device,
+                                     rank_env, record_failure, train_step)
 
 
 def round_order(n_plans: int, round_index: int) -> list[int]:
@@ -58,16 +57,8 @@ def compare_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
             write_json_atomic(Path(run_dir) / f"rank{rank}.json", result)
 
     try:
-        if device_kind == "cuda":
-            device = torch.device("cuda", local_rank)
-            torch.cuda.set_device(device)
-        else:
-            device = torch.device("cpu")
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if device_kind == "cuda" else "gloo", init_method="env://",
-                                    rank=rank, world_size=world,
-                                    timeout=timedelta(seconds=float(spec.get("timeout_s", 600))),
-                                    **({"device_id": device} if device_kind == "cuda" else {}))
+        device = rank_device(device_kind, local_rank)
+        init_group(spec, rank, world, device)
         result["env"] = rank_env(torch, device, spec["backend"], threads)
         progress(rank, f"started (pid {os.getpid()}, {threads} thread(s), {device}, {len(plans)} plans)")
         trainables = []

@@ -258,24 +258,16 @@ def run_rank(spec: dict, rank: int, world: int, local_rank: int) -> dict:
             write_json_atomic(Path(run_dir) / f"rank{rank}.json", result)
 
     try:
-        if device_kind == "cuda":
-            device = torch.device("cuda", local_rank)
-            torch.cuda.set_device(device)
-            if spec.get("mem_cap_bytes"):
-                total = torch.cuda.get_device_properties(device).total_memory
-                torch.cuda.set_per_process_memory_fraction(min(1.0, spec["mem_cap_bytes"] / total), device)
-        else:
-            device = torch.device("cpu")
+        device = rank_device(device_kind, local_rank)
+        if device_kind == "cuda" and spec.get("mem_cap_bytes"):
+            total = torch.cuda.get_device_properties(device).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, spec["mem_cap_bytes"] / total), device)
         fake_world = int(spec.get("fake_world") or 0)
         if fake_world:
             from osdp_sim.runtime.fake_world import init_fake_group
             init_fake_group(fake_world)
             world = result["world_size"] = fake_world
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if device_kind == "cuda" else "gloo", init_method="env://",
-                                    rank=rank, world_size=world,
-                                    timeout=timedelta(seconds=float(spec.get("timeout_s", 600))),
-                                    **({"device_id": device} if device_kind == "cuda" else {}))
+        init_group(spec, rank, world, device)
         result["env"] = rank_env(torch, device, backend, threads)
         progress(rank, f"started (pid {os.getpid()}, {threads} thread(s), {device})")
 
@@ -365,6 +357,28 @@ def record_failure(result: dict, exc: BaseException, rank: int) -> None:
         progress(rank, f"out of memory in {result['reached']['phase']} step: {exc}")
     else:
         traceback.print_exc()
+
+
+def rank_device(device_kind: str, local_rank: int):
+    """This rank's device (on CUDA, made the current one)."""
+    import torch
+    if device_kind != "cuda":
+        return torch.device("cpu")
+    device = torch.device("cuda", local_rank)
+    torch.cuda.set_device(device)
+    return device
+
+
+def init_group(spec: dict, rank: int, world: int, device) -> None:
+    """The default process group (NCCL on CUDA, gloo on CPU), unless one is up already (torchrun's
+    caller, a fake group), with the run's time limit as its timeout."""
+    import torch.distributed as dist
+    if dist.is_initialized():
+        return
+    cuda = device.type == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=float(spec.get("timeout_s", 600))),
+                            **({"device_id": device} if cuda else {}))
 
 
 def run_spec(spec: dict, rank: int, world: int, local_rank: int) -> dict:
