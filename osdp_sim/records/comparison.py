@@ -144,8 +144,7 @@ class Comparison:
 
     def ratio(self, a: int, b: int) -> PairedRatio | None:
         """Plan a's speed over plan b's (indices into plans)."""
-        pa, pb = self.plans[a], self.plans[b]
-        return paired_ratio(list(pa.step_times_s), pa.plan.global_batch, list(pb.step_times_s), pb.plan.global_batch)
+        return self.pooled_ratio([a], [b])
 
     def log_speeds(self, entries: list[int]) -> list[float]:
         """Per round, the mean over `entries` (copies of one plan, pooled) of log(samples/s)."""
