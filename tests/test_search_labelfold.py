@@ -11,8 +11,9 @@ from osdp_sim.planner import labels
 from osdp_sim.planner.keygraph import _merge_min
 from osdp_sim.planner.labelbounds import compiled_label_cols
 from osdp_sim.planner.labelfold import compiled_layout, graph_back
+from osdp_sim.planner.tables import TableArena
 from osdp_sim.planner.labels import (DT, LAYOUT, M1, M2, NCOL, NDELTA, O_M1, O_M2, O_V, O_Y, OPT, S_N, T, U, expand,
-                                     label_row, padded, unique_inverse, update)
+                                     label_row, sort_by_key, unique_inverse, update)
 
 LABEL_COLS = {"t": "T", "u": "U", "v": "V", "y": "Y", "pm": "PM", "m1": "M1", "m2": "M2"}
 DELTA_COLS = {"dt": "DT", "opt": "OPT", "s_n": "S_N", "o_v": "O_V", "o_y": "O_Y", "d_y": "D_Y", "d_v": "D_V",
@@ -58,12 +59,12 @@ def test_compiled_loops_hold_the_current_column_layout():
 @pytest.mark.parametrize("seed", range(4))
 def test_expand_is_fast_apply_on_every_taken_entry_in_label_order(seed):
     rng = np.random.default_rng(seed)
-    nkeys, n = int(rng.integers(1, 6)), int(rng.integers(0, 30))
-    tabs = []
-    for _ in range(nkeys):
-        k = int(rng.integers(1, 5))
-        tabs.append((rng.integers(0, 9, k), rng.integers(0, 40, k), _rand(rng, (k, NDELTA), DELTA_NEG)))
-    D, NK, CODE = padded(tabs)
+    nkeys, n, k = int(rng.integers(1, 6)), int(rng.integers(0, 30)), int(rng.integers(1, 5))
+    arena = TableArena(rng.integers(0, 9, k))
+    key_ids = rng.choice(100, nkeys, replace=False)
+    for kid in key_ids:
+        arena.add(int(kid), rng.integers(0, 40, k).tolist(), _rand(rng, (k, NDELTA), DELTA_NEG))
+    D, NK, CODE = arena.gather(key_ids)
     NK[rng.random(NK.shape) < 0.3] = -1                     # pruned entries
     L = _rand(rng, (n, NCOL), LABEL_NEG)
     inv = rng.integers(0, nkeys, n)
@@ -107,11 +108,46 @@ def test_least_row_per_key_and_backward_pass_match_loops(seed):
     assert np.isinf(H[nkeys]).all() and np.isinf(M[nkeys])
 
 
+def test_table_arena_keeps_each_keys_table_through_growth():
+    rng = np.random.default_rng(7)
+    arena = TableArena(np.array([3, 1, 4]))
+    want = {}
+    for kid in rng.choice(5000, 300, replace=False):           # past the initial 16 rows and 64 ids
+        nks, ds = rng.integers(0, 99, 3), rng.integers(-50, 50, (3, NDELTA))
+        assert arena.missing(np.array([kid])).tolist() == [kid]
+        arena.add(int(kid), nks.tolist(), ds)
+        want[int(kid)] = (nks, ds)
+    ask = np.array(list(want)[::-7] + [5001, 5002])
+    assert arena.missing(ask).tolist() == [5001, 5002]
+    D, NK, CODE = arena.gather(ask[:-2])
+    for r, kid in enumerate(ask[:-2]):
+        assert NK[r].tolist() == want[int(kid)][0].tolist() and D[r].tolist() == want[int(kid)][1].tolist()
+        assert CODE[r].tolist() == [3, 1, 4]
+        t = arena.table(int(kid))
+        assert t.new_keys.tolist() == want[int(kid)][0].tolist() and t.codes.tolist() == [3, 1, 4]
+    NK[:] = -1                                                 # the gathered copy is the caller's
+    assert arena.gather(ask[:1])[1].tolist() == [want[int(ask[0])][0].tolist()]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_unique_inverse_is_numpys_sorted_or_not(seed):
     rng = np.random.default_rng(200 + seed)
     K = rng.integers(0, 30, int(rng.integers(0, 100)))
-    for keys in (K, np.sort(K)):
+    far = rng.integers(0, 10**9, int(rng.integers(1, 50)))          # ids too sparse to mark
+    for keys in (K, np.sort(K), far, np.r_[far, 10**6, 0]):
         u, inv = unique_inverse(keys)
         u0, inv0 = np.unique(keys, return_inverse=True)
         assert u.tolist() == u0.tolist() and inv.tolist() == inv0.tolist()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_sort_by_key_is_lexsort_of_key_then_every_column(seed):
+    """Stable, ties on key and time broken by the other columns, exact duplicates by position."""
+    rng = np.random.default_rng(300 + seed)
+    n = int(rng.integers(0, 400))
+    C = rng.integers(0, int(rng.integers(1, 4)), (n, NCOL))
+    if n > 2:
+        C[: n // 3] = C[0]                                       # duplicate labels
+    K = rng.integers(0, int(rng.integers(1, 6)), n)
+    want = np.lexsort(tuple(C[:, c] for c in range(NCOL - 1, -1, -1)) + (K,))
+    assert sort_by_key(C, K).tolist() == want.tolist()

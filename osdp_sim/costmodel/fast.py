@@ -185,6 +185,7 @@ def clear_caches() -> None:
     lowering.clear_caches()
     _UNIT_RECORDS.clear()
     _PLANS.clear()
+    _PARTS.clear()
 
 
 def unit_records(u: CommUnit, grads_resident: bool) -> UnitRecords:
@@ -436,6 +437,94 @@ class StagePlan:
     p_a: int
 
 
+class _StepsPart(NamedTuple):
+    """What stage_plan computes from the steps alone (cached per steps, kind, s, ck): all but the
+    last forward segment and event, which read the pending step's gather, and the first backward
+    task, the pending step's own."""
+
+    dt_s: float                   # forward segments but the last (in order)
+    o_v_bytes: float              # forward events but the last
+    last_event_bytes: float       # the last step's event without the pending step's prefetch
+    last_fwd_s: float             # the last step's forward work (its segment pairs with the pending gather)
+    y0_bytes: float
+    first_extra: tuple            # items the pending step's task queues besides its reductions
+    first_barrier: bool           # ... and whether the next task waits for them
+    tail: tuple                   # fold.pack of the tasks after the first (item offsets from 0)
+    n_tail_tasks: int
+    opt: int
+    s_n: int
+    d_v: int
+    pm: int                       # summed over the steps
+    pm_max: int                   # their largest
+    g_a: int
+    p_a: int
+    ckattn_s: float               # "ckattn": its gathers and recompute, after the forward segments
+
+
+def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> _StepsPart:
+    ckpt = kind in ("ckpt", "ckmlp", "ckattn")
+    first_has_ck = kind in ("ckpt", "ckattn")
+    n = len(steps)
+    fwd = [_forward_terms(st, ckpt, i == 0 and first_has_ck, ck) for i, st in enumerate(steps)]
+    res_n = sum(st.resident_bytes for st in steps)
+    s_n = res_n + sum(f.kept_bytes for f in fwd)
+    # forward segments and forward events (the last step's pair with the pending step: stage_plan)
+    dt = 0.0
+    o_v = float("-inf")
+    prefix = 0.0
+    for i, st in enumerate(steps[:-1]):
+        dt += seg(fwd[i].work_s, steps[i + 1].forward_gather_s or 0.0, s)
+        # at its start: what it allocates, its own gather's copy and the next step's prefetch
+        o_v = max(o_v, res_n + prefix + fwd[i].start_bytes + steps[i + 1].gathered_before_forward_bytes)
+        prefix += fwd[i].kept_bytes
+    last_event = res_n + prefix + fwd[n - 1].start_bytes
+    # backward compute tasks after the pending step's, in backward order:
+    # (work, start deltas, end delta, new items, barrier)
+    y = s_n
+    g_a = p_a = dt_ck = 0.0
+
+    def task(p, extra=(), barrier=None):
+        return (p.bwd_s, p.start_deltas, p.end_delta, p.end_items + extra, barrier)
+
+    def recompute():
+        rc = _recompute_task(steps, ck)
+        return (rc.work_s, _start_deltas(rc.at_start), _net(rc.at_end), (), None)
+
+    chain = [task(st.pending) for st in steps[:0:-1]]   # units already gathered: no prefetch
+    extra, barrier = (), False
+    if kind in ("ckpt", "ckmlp"):
+        extra = tuple(_bwd_gather(st) for st in steps if st.regathers)
+        barrier = bool(extra)
+        tail = [recompute()] + chain
+    elif kind == "ckattn":
+        # its gathers are allocated before the recompute starts (m1), its ddp copies with it (m2)
+        g_a = sum(rules.allocated_bytes(st.backward_gather.at_start) for st in steps if st.regathers)
+        rc = _recompute_task(steps, 0.0)
+        p_a = g_a + _net(rc.at_start)
+        dt_ck = sum(st.backward_gather.work_s for st in steps if st.regathers) + rc.work_s
+        y += p_a
+        tail = chain
+    elif kind == "group":
+        tail = []
+        if steps[n - 1].regathers:
+            extra, barrier = (_bwd_gather(steps[n - 1]),), True
+        for j, p in enumerate([st.pending_regathered for st in steps[:0:-1]], start=1):
+            nxt = steps[n - 1 - j]
+            tail.append((p.bwd_s, p.start_deltas, p.end_delta, (_bwd_gather(nxt),) + p.end_items, 0) if nxt.regathers else task(p))
+    else:  # embed: the pending step, then the embedding's backward and the reduction tail
+        p = steps[0].pending
+        tail = [task(p, (), len(p.end_items) - 1)]
+    pms = [st.optimizer_temp_bytes for st in steps]
+    return _StepsPart(dt_s=dt, o_v_bytes=o_v, last_event_bytes=last_event, last_fwd_s=fwd[n - 1].work_s,
+                      y0_bytes=y, first_extra=extra, first_barrier=barrier, tail=_fold().pack(tail),
+                      n_tail_tasks=len(tail), opt=qt(sum(st.optimizer_s for st in steps)), s_n=qm(s_n),
+                      d_v=qm(res_n), pm=qm(sum(pms)), pm_max=qm(max(pms, default=0.0)), g_a=qm(g_a), p_a=qm(p_a),
+                      ckattn_s=dt_ck)
+
+
+_PARTS: dict = {}                 # (ids of steps, kind, s, ck) -> (steps, _StepsPart): the steps held, so their ids stay theirs
+
+
 def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0,
                pm_sum: bool = False) -> StagePlan:
     """Process `steps` (forward order) given the pending step left by the later steps.
@@ -447,67 +536,38 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
     constants to the MLP's memory events (carried as m1, m2)); "embed" (the embedding step, then
     the reduction tail).
     """
-    ckpt = kind in ("ckpt", "ckmlp", "ckattn")
-    first_has_ck = kind in ("ckpt", "ckattn")
-    n = len(steps)
-    fwd = [_forward_terms(st, ckpt, i == 0 and first_has_ck, ck) for i, st in enumerate(steps)]
-    res_n = sum(st.resident_bytes for st in steps)
-    s_n = res_n + sum(f.kept_bytes for f in fwd)
-    # forward segments and forward events
-    dt = 0.0
-    o_v = float("-inf")
-    prefix = 0.0
-    for i, st in enumerate(steps):
-        if i + 1 < n:
-            nxt_agf, nxt_gath = steps[i + 1].forward_gather_s, steps[i + 1].gathered_before_forward_bytes
-        else:
-            nxt_agf, nxt_gath = pend.forward_gather_s, pend.gathered_bytes
-        dt += seg(fwd[i].work_s, nxt_agf or 0.0, s)
-        # at its start: what it allocates, its own gather's copy and the next step's prefetch
-        o_v = max(o_v, res_n + prefix + fwd[i].start_bytes + nxt_gath)
-        prefix += fwd[i].kept_bytes
+    mk = (tuple(map(id, steps)), kind, s, ck)
+    hit = _PARTS.get(mk)
+    if hit is None:
+        if len(_PARTS) >= _MAX_PLANS:
+            _PARTS.clear()
+        hit = _PARTS[mk] = (steps, _steps_part(steps, kind, s, ck))
+    part = hit[1]
+    # the last step's forward segment pairs with the pending step's gather, its event with that copy
+    dt = part.dt_s + seg(part.last_fwd_s, pend.forward_gather_s or 0.0, s)
+    o_v = max(part.o_v_bytes, part.last_event_bytes + pend.gathered_bytes)
     if kind == "embed":
         dt += steps[0].forward_gather_s or 0.0                       # the root all-gather starts the step
-        o_v = max(o_v, res_n + steps[0].gathered_before_forward_bytes)   # and allocates the root's copy at t=0
-    # backward compute tasks, in backward order: (work, start deltas, end delta, new items, barrier)
-    y = s_n
-    g_a = p_a = 0.0
-
-    def task(p, extra=(), barrier=None):
-        return (p.bwd_s, p.start_deltas, p.end_delta, p.end_items + extra, barrier)
-
-    def recompute():
-        rc = _recompute_task(steps, ck)
-        return (rc.work_s, _start_deltas(rc.at_start), _net(rc.at_end), (), None)
-
-    chain = [task(st.pending) for st in steps[:0:-1]]   # units already gathered: no prefetch
-    if kind in ("ckpt", "ckmlp"):
-        ags = tuple(_bwd_gather(st) for st in steps if st.regathers)
-        tasks = [task(pend, ags, len(pend.end_items) + len(ags) - 1 if ags else None), recompute()] + chain
+        o_v = max(o_v, sum(st.resident_bytes for st in steps) + steps[0].gathered_before_forward_bytes)   # and allocates the root's copy at t=0
     elif kind == "ckattn":
-        # its gathers are allocated before the recompute starts (m1), its ddp copies with it (m2)
-        g_a = sum(rules.allocated_bytes(st.backward_gather.at_start) for st in steps if st.regathers)
-        rc = _recompute_task(steps, 0.0)
-        p_a = g_a + _net(rc.at_start)
-        dt += sum(st.backward_gather.work_s for st in steps if st.regathers) + rc.work_s
-        y += p_a
-        tasks = [task(pend)] + chain
-    elif kind == "group":
-        tasks = []
-        for j, p in enumerate([pend] + [st.pending_regathered for st in steps[:0:-1]]):
-            nxt = steps[n - 1 - j]
-            tasks.append((p.bwd_s, p.start_deltas, p.end_delta, (_bwd_gather(nxt),) + p.end_items, 0) if nxt.regathers else task(p))
-    else:  # embed: the pending step, then the embedding's backward and the reduction tail
-        p = steps[0].pending
-        tasks = [task(pend), task(p, (), len(p.end_items) - 1)]
-    tf, ti, items = _fold().pack(tasks)
+        dt += part.ckattn_s
+    # the pending step's backward task first, then the steps' own: under "group" it prefetches the
+    # last step's gather (the next task waits for it), under "ckpt" / "ckmlp" it queues the block's
+    # gathers behind its reductions (the recompute waits for the last)
+    if kind == "group":
+        new = part.first_extra + pend.end_items
+        barrier = 0 if part.first_barrier else None
+    else:
+        new = pend.end_items + part.first_extra
+        barrier = len(new) - 1 if part.first_barrier else None
+    fold = _fold()
+    tf, ti, items = fold.join(fold.pack([(pend.bwd_s, pend.start_deltas, pend.end_delta, new, barrier)]), part.tail)
     new_pend = None if kind == "embed" else (steps[0].pending_regathered if kind == "group"
                                               else steps[0].pending)
-    pms = [st.optimizer_temp_bytes for st in steps]
-    return StagePlan(tasks_f=tf, tasks_i=ti, items=items, split=1 if kind == "ckmlp" else len(tasks), slowdown=s,
-                     dt0_s=dt, y0_bytes=y, new_pend=new_pend, opt=qt(sum(st.optimizer_s for st in steps)),
-                     s_n=qm(s_n), o_v=qm(o_v), d_v=qm(res_n),
-                     pm=qm(sum(pms) if pm_sum else max(pms, default=0.0)), g_a=qm(g_a), p_a=qm(p_a))
+    return StagePlan(tasks_f=tf, tasks_i=ti, items=items, split=1 if kind == "ckmlp" else 1 + part.n_tail_tasks,
+                     slowdown=s, dt0_s=dt, y0_bytes=part.y0_bytes, new_pend=new_pend, opt=part.opt,
+                     s_n=part.s_n, o_v=qm(o_v), d_v=part.d_v, pm=part.pm if pm_sum else part.pm_max,
+                     g_a=part.g_a, p_a=part.p_a)
 
 
 _PLANS: dict = {}                 # (ids of pend and steps, kind, s, ck, pm_sum) -> (pend, steps, StagePlan)

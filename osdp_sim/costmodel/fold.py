@@ -42,6 +42,18 @@ def pack(tasks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             np.array(items, dtype=np.float64) if items else _NO_ITEMS)
 
 
+def join(head: tuple, tail: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """pack(a + b) from pack(a) and pack(b): b's item offsets move past a's items."""
+    hf, hi, hitems = head
+    tf, ti, titems = tail
+    if len(tf) == 0:
+        return head
+    ti = ti.copy()
+    ti[:, :2] += len(hitems)
+    items = titems if len(hitems) == 0 else (hitems if len(titems) == 0 else np.vstack([hitems, titems]))
+    return np.vstack([hf, tf]), np.vstack([hi, ti]), items
+
+
 _PAD = ((0.0, 0.0, 0.0), (0.0, 0.0), (0.0,), ())
 _NO_ITEMS = np.empty((0, ICOLS))
 

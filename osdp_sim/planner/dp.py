@@ -28,10 +28,11 @@ from osdp_sim.costmodel.lowering import optimizer_temp_sums
 from osdp_sim.planner.bounds import Bounds
 from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
 from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp, KeyStore
-from osdp_sim.planner.labels import (DT, NCOL, NDELTA, OPT, S_N, ZERO, T, Table, U, expand, label_row, padded, peaks,
+from osdp_sim.planner.labels import (DT, NCOL, NDELTA, OPT, S_N, ZERO, T, Table, U, expand, label_row, peaks, sort_by_key,
                                      unique_inverse, update)
 from osdp_sim.planner.merged import MergedView, grid_for
 from osdp_sim.planner.problem import Problem
+from osdp_sim.planner.tables import TableArena
 
 
 def positions_of(pb: Problem) -> list[tuple[str, int]]:
@@ -93,7 +94,7 @@ class Engine:
         self.intern = self.store.intern
         self.positions = positions_of(pb)
         self.bounds = Bounds(pb, self.positions)
-        self.tables: dict = {}
+        self.arenas: dict = {}                      # slot class -> TableArena (tables.py)
         self.single: dict = {}
         self._sids = [[self.store.steps_id(o.steps) for o in opts] for opts in pb.shapes]
         self._sid_embed = self.store.steps_id((pb.root.embed,))
@@ -199,31 +200,49 @@ class Engine:
                     out, nk = self._st(key_id, sid, aopt.steps, "group")
         return nk, out
 
-    def table(self, key_id: int, g: int):
-        """The transitions (labels.Table) of key_id at slot g: one entry per code allowed there."""
+    def slot_class(self, g: int) -> tuple:
+        """What slot g's tables depend on besides the key: its decision kind and block signature."""
         kind, bi = self.positions[g]
-        sig = None
-        if kind != "embed":
-            b = self.pb.blocks[bi]
-            sig = (b.mlp_shape, b.attn_shape, b.ck)
-        tk = (key_id, kind, sig)
-        t = self.tables.get(tk)
-        if t is None:
+        if kind == "embed":
+            return kind, None
+        b = self.pb.blocks[bi]
+        return kind, (b.mlp_shape, b.attn_shape, b.ck)
+
+    def arena(self, g: int) -> TableArena:
+        """The TableArena of slot g's class."""
+        cls = self.slot_class(g)
+        a = self.arenas.get(cls)
+        if a is None:
+            kind = cls[0]
             if kind == "embed":
                 codes = [0]
             elif kind == "mlp":
                 codes = self.codes_nc + self.codes_ck
             else:
                 codes = list(range(len(self.pb.choices)))
+            a = self.arenas[cls] = TableArena(np.array(codes, dtype=np.int64))
+        return a
+
+    def tables(self, keys: np.ndarray, g: int, deadline: float | None = None, timeout=None):
+        """The transitions of the distinct key ids `keys` at slot g, as labelfold.expand's arrays
+        (TableArena.gather), built where missing (one stage per key and code). deadline: raise
+        `timeout` past it, checked every 32 keys built."""
+        a = self.arena(g)
+        for r, k in enumerate(a.missing(keys)):
+            if deadline is not None and r % 32 == 31 and time.perf_counter() > deadline:
+                raise timeout
             nks, ds = [], []
-            for c in codes:
-                nk, d = self._stage(key_id, g, c)
+            for c in a.codes:
+                nk, d = self._stage(int(k), g, int(c))
                 nks.append(nk)
                 ds.append(d)
-            t = Table(np.array(codes, dtype=np.int64), np.array(nks, dtype=np.int64),
-                      np.array(ds, dtype=np.int64).reshape(len(codes), NDELTA))
-            self.tables[tk] = t
-        return t
+            a.add(int(k), nks, ds)
+        return a.gather(keys)
+
+    def table(self, key_id: int, g: int) -> Table:
+        """The transitions (labels.Table) of key_id at slot g: one entry per code allowed there."""
+        self.tables(np.array([key_id], dtype=np.int64), g)
+        return self.arena(g).table(key_id)
 
     def lower_bounds(self, g: int, C: np.ndarray, CK: np.ndarray, pq_max: float,
                      graph: KeyGraph | None = None, CM: np.ndarray | None = None):
@@ -360,18 +379,10 @@ class Engine:
         m = self.pb.m
         view = None if graph is None else graph.view
         uk, inv = unique_inverse(K)
-        tabs = []
-        for r, k in enumerate(uk):                  # new keys cost one stage simulation per decision
-            if deadline is not None and r % 32 == 31 and time.perf_counter() > deadline:
-                raise _Timeout
-            tabs.append(self.table(int(k), g))
+        D, NK, CODE = self.tables(uk, g, deadline, _Timeout)   # new keys cost one stage simulation per decision
         # Skip (key, decision) pairs that cannot beat thr_q even from the best label of the key
         # (the bound is nondecreasing in t and u).
-        tmin = np.full(len(uk), np.iinfo(np.int64).max)
-        umin = np.full(len(uk), np.iinfo(np.int64).max)
-        np.minimum.at(tmin, inv, L[:, T])
-        np.minimum.at(umin, inv, L[:, U])
-        D, NK, CODE = padded(tabs)
+        tmin, umin = _least_per_key(L, inv, len(uk))
         g2 = g + 1
         if g2 < len(self.positions) and (np.isfinite(thr_q) or np.isfinite(pq_max)):
             rows, cols = np.nonzero(NK >= 0)
@@ -409,7 +420,7 @@ class Engine:
         if deadline is not None and time.perf_counter() > deadline:
             raise _Timeout
         # dominance within each key
-        order = np.lexsort(tuple(C[:, c] for c in range(NCOL - 1, -1, -1)) + (CK,))
+        order = sort_by_key(C, CK)
         C, CK, CP, CC, LB, CM = C[order], CK[order], CP[order], CC[order], LB[order], CM[order]
         keepmask = pareto_by_key(C, CK, top_k, deadline)      # dominance: real futures, real keys
         stats.dominated += int(len(C) - np.count_nonzero(keepmask))
@@ -419,6 +430,18 @@ class Engine:
             C, CK, CP, CC, CM = C[best], CK[best], CP[best], CC[best], CM[best]
         stats.kept += len(C)
         return C, CK, CP, CC, CM
+
+
+def _least_per_key(L: np.ndarray, inv: np.ndarray, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
+    """The least T and U of the labels of each key (inv: each label's key row)."""
+    if len(inv) and np.all(inv[1:] >= inv[:-1]):           # sorted by key, as a decision leaves them
+        starts = np.flatnonzero(np.r_[True, inv[1:] != inv[:-1]])
+        return np.minimum.reduceat(L[:, T], starts), np.minimum.reduceat(L[:, U], starts)
+    tmin = np.full(nkeys, np.iinfo(np.int64).max)
+    umin = np.full(nkeys, np.iinfo(np.int64).max)
+    np.minimum.at(tmin, inv, L[:, T])
+    np.minimum.at(umin, inv, L[:, U])
+    return tmin, umin
 
 
 def _abandoned(tried: list, pq_max: float, thr_q: float, caps: GraphCaps) -> bool:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from osdp_sim.planner.labels import T, expand, padded, peaks
+from osdp_sim.planner.labels import T, expand, peaks
 from osdp_sim.planner.merged import MergedView
 
 N_LAMBDA = 24
@@ -90,18 +90,12 @@ class KeyGraph:
         L, K = engine.start()
         sims_before = engine.stage_sims
         from osdp_sim.planner.labelfold import graph_back
-        levels, tabs_of = [K], []
+        levels = [K]
         for g in range(n):
-            tabs = []
-            for r, k in enumerate(K):
-                if deadline is not None and r % 64 == 63 and time.perf_counter() > deadline:
-                    raise Timeout
-                tabs.append(engine.table(int(k), g))
-            tabs_of.append(tabs)
-            if not tabs:                       # nothing left: no plan fits and beats thr_q
+            if len(K) == 0:                    # nothing left: no plan fits and beats thr_q
                 levels.append(K)
                 continue
-            D, NKT, CODE = padded(tabs)
+            D, NKT, CODE = engine.tables(K, g, deadline, Timeout)
             C, NK, _p, _c, _j = expand(L, np.arange(len(L)), D, NKT, CODE, pb.m, engine.pm_sum)
             L, K = _merge_min(C, NK)
             if g + 1 < n:
@@ -122,13 +116,14 @@ class KeyGraph:
         for g in range(n - 1, -1, -1):
             if deadline is not None and time.perf_counter() > deadline:
                 raise Timeout
-            tabs = tabs_of[g]
-            if not tabs:
+            if len(levels[g]) == 0:
                 self.H[g], self.M[g] = inf_row.copy(), np.array([np.inf])
                 continue
-            starts = np.r_[0, np.cumsum([len(t.codes) for t in tabs])].astype(np.int64)
-            ds = np.concatenate([t.deltas for t in tabs])
-            rows = self.rows_of(g + 1, np.concatenate([t.new_keys for t in tabs])).astype(np.int64)
+            D, NKT, _codes = engine.tables(levels[g], g)        # built in the forward pass
+            entries = NKT.shape[1]
+            starts = np.arange(0, len(NKT) * entries + 1, entries, dtype=np.int64)
+            ds = np.ascontiguousarray(D.reshape(-1, D.shape[-1]))
+            rows = self.rows_of(g + 1, NKT.reshape(-1)).astype(np.int64)
             self.H[g], self.M[g] = graph_back(ds, rows, starts, int(pb.m), np.asarray(lams, dtype=np.float64),
                                               self.H[g + 1], self.M[g + 1])
 

@@ -77,20 +77,6 @@ def update(L: np.ndarray, D: np.ndarray, m: int, pm_sum: bool = False) -> np.nda
     return update_rows(np.ascontiguousarray(L, dtype=np.int64), D.reshape(len(D), 1, D.shape[-1]), int(m), bool(pm_sum))
 
 
-def padded(tabs: list[Table]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Transition tables of some keys as labelfold.expand's arrays:
-    deltas (keys, kmax, NDELTA), new key ids (keys, kmax; -1 past a table's end), codes."""
-    kmax = max(len(codes) for codes, _new_keys, _deltas in tabs)
-    D = np.zeros((len(tabs), kmax, NDELTA), dtype=np.int64)
-    NK = np.full((len(tabs), kmax), -1, dtype=np.int64)
-    CODE = np.zeros((len(tabs), kmax), dtype=np.int64)
-    for r, (codes, nks, ds) in enumerate(tabs):
-        D[r, :len(codes)] = ds
-        NK[r, :len(codes)] = nks
-        CODE[r, :len(codes)] = codes
-    return D, NK, CODE
-
-
 def expand(L: np.ndarray, inv: np.ndarray, D: np.ndarray, NK: np.ndarray, CODE: np.ndarray, m: int,
            pm_sum: bool = False):
     """Labels L, label i on table row inv[i], through every taken entry (labelfold.expand):
@@ -101,10 +87,33 @@ def expand(L: np.ndarray, inv: np.ndarray, D: np.ndarray, NK: np.ndarray, CODE: 
 
 
 def unique_inverse(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(K, return_inverse=True), without its sort when K is already sorted (the search's
-    labels come out of each decision sorted by key)."""
+    """np.unique(K, return_inverse=True) for key ids, without its sort: when K is already sorted
+    (the search's labels come out of each decision sorted by key) by comparing neighbours, else,
+    key ids being small integers, by marking them in an array as long as the largest."""
     K = np.asarray(K)
     if len(K) and np.all(K[1:] >= K[:-1]):
         first = np.r_[True, K[1:] != K[:-1]]
         return K[first], np.cumsum(first) - 1
+    if len(K) >= 256 and K.min() >= 0 and K.max() < 8 * len(K):
+        seen = np.zeros(int(K.max()) + 1, dtype=bool)
+        seen[K] = True
+        u = np.flatnonzero(seen)
+        row = np.empty(len(seen), dtype=np.int64)
+        row[u] = np.arange(len(u))
+        return u.astype(K.dtype), row[K]
     return np.unique(K, return_inverse=True)
+
+
+def sort_by_key(C: np.ndarray, CK: np.ndarray) -> np.ndarray:
+    """The stable order of labels C by (key CK, then every column in order): np.lexsort's, with
+    two sort passes where key and time decide and the other columns read only within their ties."""
+    order = np.lexsort((C[:, T], CK))
+    ks, ts = CK[order], C[order, T]
+    tie = (ks[1:] == ks[:-1]) & (ts[1:] == ts[:-1])
+    if not tie.any():
+        return order
+    at = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])      # positions in a run of ties
+    run = np.cumsum(np.r_[True, ~tie])[at]
+    sub = order[at]
+    order[at] = sub[np.lexsort(tuple(C[sub, c] for c in range(NCOL - 1, 0, -1)) + (run,))]
+    return order

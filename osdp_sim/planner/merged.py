@@ -24,7 +24,8 @@ import numpy as np
 
 from osdp_sim.costmodel.fast import NEG, TIME_Q
 from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp
-from osdp_sim.planner.labels import D_Y, G_A, NEW_PM, O_M1, O_M2, O_V, O_Y, P_A, Table
+from osdp_sim.planner.labels import D_Y, G_A, NEW_PM, O_M1, O_M2, O_V, O_Y, P_A, Table, unique_inverse
+from osdp_sim.planner.tables import TableArena, _grown
 
 # the rounding grid, as a fraction of the mean time per decision of the configuration's bound
 GRID_FRACTION = 0.01
@@ -37,8 +38,8 @@ class MergedView:
         self.engine, self.grid_s = engine, grid_s
         self.pb, self.positions = engine.pb, engine.positions
         self.pm_sum = engine.pm_sum       # (its PM column is zeroed: the optimizer temporary is not kept)
-        self._merged: dict = {}
-        self._tables: dict = {}
+        self._merged = np.full(64, -1, dtype=np.int64)     # key id -> its merged key id, -1 not yet
+        self.arenas: dict = {}                                # slot class -> TableArena, over merged ids
 
     @property
     def stage_sims(self) -> int:
@@ -51,8 +52,9 @@ class MergedView:
         return self.engine.lower_bounds(g, C, CK, pq_max)     # relaxed: monotone in queued work
 
     def merge(self, kid: int) -> int:
-        m = self._merged.get(kid)
-        if m is None:
+        self._merged = _grown(self._merged, kid + 1, -1)
+        m = int(self._merged[kid])
+        if m < 0:
             store = self.engine.store
             key = store.keys[kid]
             if isinstance(key, CkMlpDone):
@@ -65,31 +67,46 @@ class MergedView:
                 if self.grid_s > 0:                     # 0: the exact total (no rounding)
                     work = math.floor(work / self.grid_s) * self.grid_s
                 m = store.intern((pend, ((work, 0.0, 0.0, 0.0, work, True),) if work > 0 else ()))
+            self._merged = _grown(self._merged, max(kid, m) + 1, -1)
             self._merged[kid] = self._merged[m] = m
         return m
 
-    def table(self, mid: int, g: int):
-        """Engine.table from a merged key, to merged keys, with deltas that keep the time and S and
+    def merged_ids(self, kids: np.ndarray) -> np.ndarray:
+        """merge() of many key ids."""
+        if len(kids) == 0:
+            return kids
+        self._merged = _grown(self._merged, int(kids.max()) + 1, -1)
+        for k in np.unique(kids[self._merged[kids] < 0]):
+            self.merge(int(k))
+        return self._merged[kids]
+
+    def tables(self, mids: np.ndarray, g: int, deadline: float | None = None, timeout=None):
+        """Engine.tables from merged keys, to merged keys, with deltas that keep the time and S and
         no memory event (the codes are the engine's, in the same order)."""
-        t = self._tables.get((mid, g))
-        if t is None:
-            codes, nks, ds = self.engine.table(mid, g)
+        a = self.arenas.get(self.engine.slot_class(g))
+        if a is None:
+            a = self.arenas[self.engine.slot_class(g)] = TableArena(self.engine.arena(g).codes)
+        new = a.missing(mids)
+        if len(new):
+            ds, nks, _codes = self.engine.tables(new, g, deadline, timeout)
             ds = ds.copy()
-            ds[:, [O_V, O_Y, O_M1, O_M2]] = NEG     # forward, backward and checkpoint events
-            ds[:, [D_Y, NEW_PM, G_A, P_A]] = 0      # live bytes, optimizer temporary, re-gathers
-            t = self._tables[(mid, g)] = Table(codes, np.array([self.merge(int(k)) for k in nks], dtype=np.int64), ds)
-        return t
+            ds[:, :, [O_V, O_Y, O_M1, O_M2]] = NEG     # forward, backward and checkpoint events
+            ds[:, :, [D_Y, NEW_PM, G_A, P_A]] = 0      # live bytes, optimizer temporary, re-gathers
+            merged = self.merged_ids(nks.reshape(-1)).reshape(nks.shape)
+            for r, mid in enumerate(new):
+                a.add(int(mid), merged[r], ds[r])
+        return a.gather(mids)
+
+    def table(self, mid: int, g: int) -> Table:
+        self.tables(np.array([mid], dtype=np.int64), g)
+        return self.arenas[self.engine.slot_class(g)].table(mid)
 
     def advance(self, g: int, M: np.ndarray, col: np.ndarray) -> np.ndarray:
         """Merged ids after decision g of labels with merged ids M taking the col-th code."""
         if len(M) == 0:
             return np.zeros(0, dtype=np.int64)
-        um, inv = np.unique(M, return_inverse=True)
-        nexts = [self.table(int(mid), g).new_keys for mid in um]
-        table = np.full((len(um), max(len(x) for x in nexts)), -1, dtype=np.int64)
-        for r, x in enumerate(nexts):
-            table[r, :len(x)] = x
-        return table[inv, col]
+        um, inv = unique_inverse(M)
+        return self.tables(um, g)[1][inv, col]
 
 
 def grid_for(engine, pq_max: float) -> float:

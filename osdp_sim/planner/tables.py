@@ -1,0 +1,63 @@
+"""The transition tables of one search, as arrays: one TableArena per slot class.
+
+A slot class is a decision kind and a block signature (dp.Engine.table's cache key without the
+key): every slot of a class has the same codes, in the same order, and the same key gives the
+same table there. So a class keeps one row per key it has met, and the tables of all the
+distinct keys of a decision are one gather (`rows`) instead of a Python loop per key."""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from osdp_sim.planner.labels import NDELTA, Table
+
+
+def _grown(a: np.ndarray, n: int, fill) -> np.ndarray:
+    """a with at least n rows (doubling), new rows set to fill."""
+    if n <= len(a):
+        return a
+    out = np.full((max(n, 2 * len(a)),) + a.shape[1:], fill, dtype=a.dtype)
+    out[:len(a)] = a
+    return out
+
+
+@dataclass
+class TableArena:
+    """The tables of one slot class: row r holds the table of the key whose row_of is r."""
+
+    codes: np.ndarray                                      # (entries,) the decision codes of the class
+    row_of: np.ndarray = field(default_factory=lambda: np.full(64, -1, dtype=np.int64))   # key id -> row, -1 not built
+    new_keys: np.ndarray = field(init=False)               # (rows, entries) key id each code leads to
+    deltas: np.ndarray = field(init=False)                 # (rows, entries, NDELTA) stage deltas
+    n: int = 0                                             # rows built
+
+    def __post_init__(self):
+        self.new_keys = np.zeros((16, len(self.codes)), dtype=np.int64)
+        self.deltas = np.zeros((16, len(self.codes), NDELTA), dtype=np.int64)
+
+    def missing(self, keys: np.ndarray) -> np.ndarray:
+        """The keys (distinct, as given) whose table is not built yet."""
+        if len(keys) == 0:
+            return keys
+        self.row_of = _grown(self.row_of, int(keys.max()) + 1, -1)
+        return keys[self.row_of[keys] < 0]
+
+    def add(self, key_id: int, new_keys: list[int], deltas: list[tuple]) -> None:
+        r = self.n
+        self.new_keys = _grown(self.new_keys, r + 1, 0)
+        self.deltas = _grown(self.deltas, r + 1, 0)
+        self.new_keys[r] = new_keys
+        self.deltas[r] = deltas
+        self.row_of = _grown(self.row_of, key_id + 1, -1)
+        self.row_of[key_id] = r
+        self.n = r + 1
+
+    def gather(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The built tables of keys as labelfold.expand's arrays: deltas (keys, entries, NDELTA),
+        new key ids (keys, entries; a copy, which the caller may mark -1: not taken), codes."""
+        rows = self.row_of[keys]
+        return self.deltas[rows], self.new_keys[rows], np.tile(self.codes, (len(keys), 1))
+
+    def table(self, key_id: int) -> Table:
+        r = self.row_of[key_id]
+        return Table(self.codes, self.new_keys[r], self.deltas[r])
