@@ -195,6 +195,31 @@ def test_pareto_front_points_equal_search_at_their_limit():
             assert sps == pytest.approx(best, rel=1e-9)
 
 
+def _front_of(points, rel=1e-9):
+    """(peak, samples/s) of the points no other beats at no more memory, by peak: each more than
+    rel faster than every point of less peak."""
+    out, best = [], -1.0
+    for peak, sps in sorted(points, key=lambda p: (p[0], -p[1])):
+        if sps > best * (1 + rel):
+            out.append((peak, sps))
+            best = sps
+    return out
+
+
+def test_pareto_front_is_the_brute_force_front():
+    """Every point of the exact front, none missing, none extra: the front's passes are seeded
+    with the uniform plans, so a point only they reach, or one they shadow, would show here."""
+    rng = random.Random(11)
+    for _ in range(12):
+        spec, hw, space = _instance(rng)
+        pr = pareto_front(spec, hw, space, mem_range=(0.0, 1e15))
+        want = _front_of([(peak, sps) for sps, peak, _plan in _brute(spec, hw, space)])
+        got = _front_of([(peak, sps) for peak, sps, _plan in pr.front])
+        assert len(got) == len(want)
+        for (gp, gs), (wp, ws) in zip(got, want):
+            assert gp == pytest.approx(wp, rel=1e-9) and gs == pytest.approx(ws, rel=1e-9)
+
+
 def test_shared_cache_gives_the_same_optimum_at_every_limit():
     """A sweep shares cost and stage tables between search() calls (cache=...): each call must
     return what a fresh search returns, at limits that fit, bind and fit nothing."""

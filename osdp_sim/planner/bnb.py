@@ -831,10 +831,23 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
     pts: list[_FrontCandidate] = []
     evaluated: list = []
     nodes = 0
-    front_peak = np.zeros(0)
-    front_sps = np.zeros(0)
+    # Seeds: every configuration's uniform plans. They are plans of the space, so a label that
+    # cannot beat one at no more memory is pruned from the first pass on, as by the plans it finds.
+    engines = {id(c): Engine(c.problem) for c in cfgs}
+    for c in cfgs:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        for f in _uniform_finished(c.problem, engines[id(c)]):
+            if f.peak_q > pq_max:
+                continue
+            peak, sps = _finished_value(c.problem, f, hw)
+            if len(evaluated) < EVALUATED_CAP:
+                evaluated.append((peak, sps))
+            if peak >= lo:
+                pts.append(_FrontCandidate(peak, sps, c, f))
+    front_peak, front_sps = _front_arrays(pts)
     for c in sorted(cfgs, key=lambda c: (c.config.micro_batch, c.config.shard_group, c.config.root)):
-        eng = Engine(c.problem)
+        eng = engines[id(c)]
         samples = c.problem.samples
 
         def thr_fn(mem_lb, fp=front_peak, fs=front_sps, samples=samples):
