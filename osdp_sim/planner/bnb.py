@@ -833,18 +833,19 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
     nodes = 0
     # Seeds: every configuration's uniform plans. They are plans of the space, so a label that
     # cannot beat one at no more memory is pruned from the first pass on, as by the plans it finds.
-    engines = {id(c): Engine(c.problem) for c in cfgs}
-    for c in cfgs:
-        if deadline is not None and time.perf_counter() > deadline:
-            break
-        for f in _uniform_finished(c.problem, engines[id(c)]):
-            if f.peak_q > pq_max:
-                continue
+    def collect(c: _Cfg, fins: list[Finished]) -> None:
+        for f in fins:
             peak, sps = _finished_value(c.problem, f, hw)
             if len(evaluated) < EVALUATED_CAP:
                 evaluated.append((peak, sps))
             if peak >= lo:
                 pts.append(_FrontCandidate(peak, sps, c, f))
+
+    engines = {id(c): Engine(c.problem) for c in cfgs}
+    for c in cfgs:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        collect(c, [f for f in _uniform_finished(c.problem, engines[id(c)]) if f.peak_q <= pq_max])
     front_peak, front_sps = _front_arrays(pts)
     # larger micro-batches first: their fast plans at high memory prune the smaller ones' labels
     # there (mingpt-48l-1536 without splits: 172 s against 231 s smallest first, 683 points both)
@@ -872,12 +873,7 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
         if not r.complete:
             proven = False
             break
-        for f in r.finished:
-            peak, sps = _finished_value(c.problem, f, hw)
-            if len(evaluated) < EVALUATED_CAP:
-                evaluated.append((peak, sps))
-            if peak >= lo:
-                pts.append(_FrontCandidate(peak, sps, c, f))
+        collect(c, r.finished)
         front_peak, front_sps = _front_arrays(pts)
         _progress(f"pareto: mb {c.config.micro_batch} root {c.config.root}: {r.stats.nodes} nodes", progress)
     pts.sort(key=lambda p: (p.peak_bytes, -p.samples_per_s, p.cfg.config.micro_batch))
