@@ -113,12 +113,30 @@ def least_resident_bytes(spec: ModelSpec, hw: HardwareProfile, space: SearchSpac
 
 def micro_batch_bounds(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, micro_batches,
                        pq_max: float, floor: Floors) -> MicroBatchBounds:
-    """The bound at each micro-batch (module docstring); pq_max: the live-byte limit (fixed point)."""
-    resident_bytes = floor.resident_bytes
-    mbs = np.asarray(sorted(micro_batches), dtype=np.int64)
-    tokens = mbs.astype(float) * spec.seq_len
+    """The bound at each micro-batch (module docstring); pq_max: the live-byte limit (fixed point).
+    Memory first: the time terms are computed only at the micro-batches whose blocks can all be
+    checkpointed within the limit (the others have no plan: bound 0)."""
+    all_mbs = np.asarray(sorted(micro_batches), dtype=np.int64)
     dtype = space.precision
     cb = compute_bytes(dtype)
+    # Per sample: the per-forward bytes (Activations.bytes_per_forward, transformers' rotary tables
+    # and position ids) are left out, which only loosens the bound.
+    root_act = sum(g.activations.bytes_per_token(cb) for g in spec.groups if g.plan_key == "root") * spec.seq_len
+    kept = np.array([u.activations.bytes_per_token(cb) for u in spec.blocks]) * spec.seq_len   # per sample
+    ck = np.array([u.ckpt_activations.bytes_per_token(cb) for u in spec.blocks]) * spec.seq_len
+    # selective blocks keep more than ck (a lower bound still) and recompute less than the
+    # forward: with them allowed the recompute lower bound is 0
+    allow_nc, allow_ck = False in space.checkpoint, checkpointing_allowed(space)
+    selective = "selective" in space.checkpoint
+    margin_bytes = 64.0 * (len(spec.blocks) + 2) * MEM_Q
+    lean = np.minimum(kept, ck) if allow_nc and allow_ck else (ck if allow_ck else kept)
+    fits = all_mbs * lean.sum() <= pq_max * MEM_Q + margin_bytes - floor.resident_bytes - all_mbs * root_act
+    out = np.zeros(len(all_mbs))
+    mbs = all_mbs[fits]
+    if len(mbs) == 0:
+        return MicroBatchBounds(all_mbs, out)
+    tokens = mbs.astype(float) * spec.seq_len
+    budget = pq_max * MEM_Q + margin_bytes - floor.resident_bytes - mbs * root_act       # for the blocks' activations
     splits = sorted(set(space.splits) | {1})
     shapes: dict = {}
 
@@ -135,24 +153,11 @@ def micro_batch_bounds(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace,
     root_u = root_unit(spec, hw, cfg0.plan(spec, {"root": GroupChoice("ddp")}, ()))
     root = np.array([sum(root_compute_s(spec, g, hw, dtype, t, root_u) for g in spec.groups
                          if g.plan_key == "root") for t in tokens])
-    # Per sample: the per-forward bytes (Activations.bytes_per_forward, transformers' rotary tables
-    # and position ids) are left out, which only loosens the bound.
-    root_act = sum(g.activations.bytes_per_token(cb) for g in spec.groups if g.plan_key == "root") * spec.seq_len
     block_both = [sum(times(g)[0] for g in u.groups) for u in spec.blocks]
     block_fwd = [sum(times(g)[1] for g in u.groups) for u in spec.blocks]      # the recompute
     compute = root + sum(block_both, np.zeros(len(mbs)))
-    kept = np.array([u.activations.bytes_per_token(cb) for u in spec.blocks]) * spec.seq_len   # per sample
-    ck = np.array([u.ckpt_activations.bytes_per_token(cb) for u in spec.blocks]) * spec.seq_len
-    # selective blocks keep more than ck (a lower bound still) and recompute less than the
-    # forward: with them allowed the recompute lower bound is 0
-    allow_nc, allow_ck = False in space.checkpoint, checkpointing_allowed(space)
-    selective = "selective" in space.checkpoint
-    margin_bytes = 64.0 * (len(spec.blocks) + 2) * MEM_Q
-    budget = pq_max * MEM_Q + margin_bytes - resident_bytes - mbs * root_act       # for the blocks' activations
     recompute = np.zeros(len(mbs))
-    ok = np.ones(len(mbs), dtype=bool)
-    lean = np.minimum(kept, ck) if allow_nc and allow_ck else (ck if allow_ck else kept)
-    ok &= mbs * lean.sum() <= budget
+    ok = mbs * lean.sum() <= budget
     if selective:
         pass
     elif allow_ck and not allow_nc:
@@ -177,7 +182,8 @@ def micro_batch_bounds(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace,
         ub = mbs * accum * devices / ((accum * (compute + recompute) + floor.fixed_s) * SAFETY)
     ub = np.where(ok & np.isfinite(ub), ub, 0.0)
     ub = np.where(compute > 0, ub, np.where(ok, np.inf, 0.0))
-    return MicroBatchBounds(mbs, ub)
+    out[fits] = ub
+    return MicroBatchBounds(all_mbs, out)
 
 
 def states_floor_bytes(spec: ModelSpec, hw: HardwareProfile, optimizer: str, devices: int) -> float:
