@@ -28,7 +28,7 @@ from osdp_sim.costmodel.lowering import optimizer_temp_sums
 from osdp_sim.planner.bounds import Bounds
 from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
 from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp, KeyStore
-from osdp_sim.planner.labels import (DT, NCOL, NDELTA, OPT, S_N, ZERO, T, Table, U, expand, label_row, peaks, sort_by_key,
+from osdp_sim.planner.labels import (DT, NCOL, OPT, S_N, ZERO, T, Table, U, expand, label_row, peaks, sort_by_key,
                                      unique_inverse, update)
 from osdp_sim.planner.merged import MergedView, grid_for
 from osdp_sim.planner.problem import Problem
@@ -230,7 +230,7 @@ class Engine:
         a = self.arena(g)
         for r, k in enumerate(a.missing(keys)):
             if deadline is not None and r % 32 == 31 and time.perf_counter() > deadline:
-                raise timeout
+                raise timeout or _Timeout
             nks, ds = [], []
             for c in a.codes:
                 nk, d = self._stage(int(k), g, int(c))

@@ -25,7 +25,7 @@ import numpy as np
 from osdp_sim.costmodel.fast import NEG, TIME_Q
 from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp
 from osdp_sim.planner.labels import D_Y, G_A, NEW_PM, O_M1, O_M2, O_V, O_Y, P_A, Table, unique_inverse
-from osdp_sim.planner.tables import TableArena, _grown
+from osdp_sim.planner.tables import TableArena, grown
 
 # the rounding grid, as a fraction of the mean time per decision of the configuration's bound
 GRID_FRACTION = 0.01
@@ -52,7 +52,7 @@ class MergedView:
         return self.engine.lower_bounds(g, C, CK, pq_max)     # relaxed: monotone in queued work
 
     def merge(self, kid: int) -> int:
-        self._merged = _grown(self._merged, kid + 1, -1)
+        self._merged = grown(self._merged, kid + 1, -1)
         m = int(self._merged[kid])
         if m < 0:
             store = self.engine.store
@@ -67,7 +67,7 @@ class MergedView:
                 if self.grid_s > 0:                     # 0: the exact total (no rounding)
                     work = math.floor(work / self.grid_s) * self.grid_s
                 m = store.intern((pend, ((work, 0.0, 0.0, 0.0, work, True),) if work > 0 else ()))
-            self._merged = _grown(self._merged, max(kid, m) + 1, -1)
+            self._merged = grown(self._merged, max(kid, m) + 1, -1)
             self._merged[kid] = self._merged[m] = m
         return m
 
@@ -75,7 +75,7 @@ class MergedView:
         """merge() of many key ids."""
         if len(kids) == 0:
             return kids
-        self._merged = _grown(self._merged, int(kids.max()) + 1, -1)
+        self._merged = grown(self._merged, int(kids.max()) + 1, -1)
         for k in np.unique(kids[self._merged[kids] < 0]):
             self.merge(int(k))
         return self._merged[kids]

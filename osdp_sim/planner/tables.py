@@ -12,7 +12,7 @@ import numpy as np
 from osdp_sim.planner.labels import NDELTA, Table
 
 
-def _grown(a: np.ndarray, n: int, fill) -> np.ndarray:
+def grown(a: np.ndarray, n: int, fill) -> np.ndarray:
     """a with at least n rows (doubling), new rows set to fill."""
     if n <= len(a):
         return a
@@ -39,16 +39,16 @@ class TableArena:
         """The keys (distinct, as given) whose table is not built yet."""
         if len(keys) == 0:
             return keys
-        self.row_of = _grown(self.row_of, int(keys.max()) + 1, -1)
+        self.row_of = grown(self.row_of, int(keys.max()) + 1, -1)
         return keys[self.row_of[keys] < 0]
 
     def add(self, key_id: int, new_keys: list[int], deltas: list[tuple]) -> None:
         r = self.n
-        self.new_keys = _grown(self.new_keys, r + 1, 0)
-        self.deltas = _grown(self.deltas, r + 1, 0)
+        self.new_keys = grown(self.new_keys, r + 1, 0)
+        self.deltas = grown(self.deltas, r + 1, 0)
         self.new_keys[r] = new_keys
         self.deltas[r] = deltas
-        self.row_of = _grown(self.row_of, key_id + 1, -1)
+        self.row_of = grown(self.row_of, key_id + 1, -1)
         self.row_of[key_id] = r
         self.n = r + 1
 
