@@ -28,7 +28,7 @@ from osdp_sim.costmodel.lowering import optimizer_temp_sums
 from osdp_sim.planner.bounds import Bounds
 from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
 from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp, KeyStore
-from osdp_sim.planner.labels import (DT, NCOL, OPT, S_N, ZERO, T, Table, U, expand, label_row, peaks, sort_by_key,
+from osdp_sim.planner.labels import (DT, NCOL, OPT, S_N, ZERO, T, Table, U, expand, label_row, peaks, run_starts, sort_by_key,
                                      unique_inverse, update)
 from osdp_sim.planner.merged import MergedView, grid_for
 from osdp_sim.planner.problem import Problem
@@ -95,6 +95,7 @@ class Engine:
         self.positions = positions_of(pb)
         self.bounds = Bounds(pb, self.positions)
         self.arenas: dict = {}                      # slot class -> TableArena (tables.py)
+        self._key_terms_at: dict = {}               # slot -> (key ids ascending, their key_terms)
         self.single: dict = {}
         self._sids = [[self.store.steps_id(o.steps) for o in opts] for opts in pb.shapes]
         self._sid_embed = self.store.steps_id((pb.root.embed,))
@@ -253,7 +254,7 @@ class Engine:
         from osdp_sim.planner.labelbounds import label_bounds
         bnd = self.bounds
         ukey, kinv = unique_inverse(CK)
-        KC, KM = bnd.key_terms(g, self.key_rows[ukey])               # (keys, J), (keys,)
+        KC, KM = self._key_terms(g, ukey)                             # (keys, J), (keys,)
         use_graph = graph is not None and (graph.view is None or CM is not None)
         if use_graph:           # both bounds are valid; the graph's is the tighter one almost everywhere
             rows = graph.rows_of(g, CK if graph.view is None else CM)
@@ -266,6 +267,30 @@ class Engine:
                             np.asarray(KM, dtype=np.float64), bnd.j_lam, float(pq_max) if finite else 0.0, finite,
                             float(bnd.m_margin), float(bnd.t_margin), np.asarray(H, dtype=np.float64), rows.astype(np.int64),
                             np.asarray(lams, dtype=np.float64), np.asarray(Mg, dtype=np.float64), use_graph)
+
+    def _key_terms(self, g: int, ukey: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds.key_terms of the distinct ascending key ids ukey at slot g, each (slot, key)
+        computed once: the pre-pruning and the labels of a decision ask for the same keys, and
+        every run of the engine for the same slots."""
+        known = self._key_terms_at.get(g)
+        if known is not None:
+            keys, KC, KM = known
+            pos = np.searchsorted(keys, ukey)
+            found = pos < len(keys)
+            found[found] = keys[pos[found]] == ukey[found]
+            if found.all():
+                return KC[pos], KM[pos]
+            miss = ukey[~found]
+            KCm, KMm = self.bounds.key_terms(g, self.key_rows[miss])
+            keys = np.concatenate([keys, miss])
+            order = np.argsort(keys, kind="stable")
+            keys, KC, KM = keys[order], np.concatenate([KC, KCm])[order], np.concatenate([KM, KMm])[order]
+        else:
+            keys = ukey.copy()
+            KC, KM = self.bounds.key_terms(g, self.key_rows[ukey])
+        self._key_terms_at[g] = (keys, KC, KM)
+        pos = np.searchsorted(keys, ukey)
+        return KC[pos], KM[pos]
 
     # ---- the search --------------------------------------------------------------------------
     def run(self, *, thr_q: float = float("inf"), pq_max: float = float("inf"), top_k: int = 1,
@@ -435,7 +460,7 @@ class Engine:
 def _least_per_key(L: np.ndarray, inv: np.ndarray, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
     """The least T and U of the labels of each key (inv: each label's key row)."""
     if len(inv) and np.all(inv[1:] >= inv[:-1]):           # sorted by key, as a decision leaves them
-        starts = np.flatnonzero(np.r_[True, inv[1:] != inv[:-1]])
+        starts = np.flatnonzero(run_starts(inv))
         return np.minimum.reduceat(L[:, T], starts), np.minimum.reduceat(L[:, U], starts)
     tmin = np.full(nkeys, np.iinfo(np.int64).max)
     umin = np.full(nkeys, np.iinfo(np.int64).max)
@@ -459,11 +484,14 @@ def pareto_by_key(C: np.ndarray, CK: np.ndarray, top_k: int, deadline: float | N
     keep = np.ones(n, dtype=bool)
     if n <= 1:
         return keep
-    starts = np.flatnonzero(np.r_[True, CK[1:] != CK[:-1]])
-    ends = np.r_[starts[1:], n]
+    starts = np.flatnonzero(run_starts(CK))
+    ends = np.append(starts[1:], n)
     C = np.ascontiguousarray(C, dtype=np.int64)
-    chunk = np.searchsorted(starts, np.arange(0, n, PARETO_CHUNK_ROWS))    # first key of each chunk
-    bounds = np.r_[np.unique(chunk), len(starts)]
+    if n <= PARETO_CHUNK_ROWS:
+        bounds = np.array([0, len(starts)])
+    else:
+        chunk = np.searchsorted(starts, np.arange(0, n, PARETO_CHUNK_ROWS))    # first key of each chunk
+        bounds = np.append(np.unique(chunk), len(starts))
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         if deadline is not None and time.perf_counter() > deadline:
             raise _Timeout

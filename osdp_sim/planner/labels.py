@@ -86,13 +86,22 @@ def expand(L: np.ndarray, inv: np.ndarray, D: np.ndarray, NK: np.ndarray, CODE: 
                     int(m), bool(pm_sum))
 
 
+def run_starts(K: np.ndarray) -> np.ndarray:
+    """[i]: K[i] differs from K[i - 1] (True at 0): where each run of equal values starts."""
+    first = np.empty(len(K), dtype=bool)
+    if len(K):
+        first[0] = True
+        np.not_equal(K[1:], K[:-1], out=first[1:])
+    return first
+
+
 def unique_inverse(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(K, return_inverse=True) for key ids, without its sort: when K is already sorted
     (the search's labels come out of each decision sorted by key) by comparing neighbours, else,
     key ids being small integers, by marking them in an array as long as the largest."""
     K = np.asarray(K)
     if len(K) and np.all(K[1:] >= K[:-1]):
-        first = np.r_[True, K[1:] != K[:-1]]
+        first = run_starts(K)
         return K[first], np.cumsum(first) - 1
     if len(K) >= 256 and K.min() >= 0 and K.max() < 8 * len(K):
         seen = np.zeros(int(K.max()) + 1, dtype=bool)
@@ -112,8 +121,11 @@ def sort_by_key(C: np.ndarray, CK: np.ndarray) -> np.ndarray:
     tie = (ks[1:] == ks[:-1]) & (ts[1:] == ts[:-1])
     if not tie.any():
         return order
-    at = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])      # positions in a run of ties
-    run = np.cumsum(np.r_[True, ~tie])[at]
+    in_run = np.zeros(len(order), dtype=bool)                      # positions in a run of ties
+    in_run[:-1] |= tie
+    in_run[1:] |= tie
+    at = np.flatnonzero(in_run)
+    run = np.cumsum(np.concatenate(([True], ~tie)))[at]
     sub = order[at]
     order[at] = sub[np.lexsort(tuple(C[sub, c] for c in range(NCOL - 1, 0, -1)) + (run,))]
     return order

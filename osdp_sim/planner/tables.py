@@ -32,6 +32,7 @@ class TableArena:
     n: int = 0                                             # rows built
 
     def __post_init__(self):
+        self._code_rows = np.tile(self.codes, (16, 1))     # gather's codes, one row per key (read-only)
         self.new_keys = np.zeros((16, len(self.codes)), dtype=np.int64)
         self.deltas = np.zeros((16, len(self.codes), NDELTA), dtype=np.int64)
 
@@ -54,9 +55,12 @@ class TableArena:
 
     def gather(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The built tables of keys as labelfold.expand's arrays: deltas (keys, entries, NDELTA),
-        new key ids (keys, entries; a copy, which the caller may mark -1: not taken), codes."""
+        new key ids (keys, entries; a copy, which the caller may mark -1: not taken), codes (a view
+        of rows kept by the arena: not to be written)."""
         rows = self.row_of[keys]
-        return self.deltas[rows], self.new_keys[rows], np.tile(self.codes, (len(keys), 1))
+        if len(self._code_rows) < len(keys):
+            self._code_rows = np.tile(self.codes, (max(len(keys), 2 * len(self._code_rows)), 1))
+        return self.deltas[rows], self.new_keys[rows], self._code_rows[:len(keys)]
 
     def table(self, key_id: int) -> Table:
         r = self.row_of[key_id]
