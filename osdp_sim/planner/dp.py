@@ -94,7 +94,7 @@ class Engine:
         self.intern = self.store.intern
         self.positions = positions_of(pb)
         self.bounds = Bounds(pb, self.positions)
-        self.arenas: dict = {}                      # slot class -> TableArena (tables.py)
+        self.arenas = self.store.arenas             # slot class -> TableArena (tables.py), shared
         self._key_terms_at: dict = {}               # slot -> (key ids ascending, their key_terms)
         self.single: dict = {}
         self._sids = [[self.store.steps_id(o.steps) for o in opts] for opts in pb.shapes]
@@ -107,6 +107,7 @@ class Engine:
         nchoice = len(pb.choices)
         self.codes_nc = list(range(nchoice)) if False in pb.ckpt_options else []
         self.codes_ck = list(range(nchoice, 2 * nchoice)) if True in pb.ckpt_options else []
+        self._slot_classes = [self._class_of(g) for g in range(len(self.positions))]
 
     def build_graph(self, pq_max: float, thr_q: float = float("inf"), deadline: float | None = None,
                     caps: GraphCaps = GraphCaps(), merged_ok: bool = True) -> str:
@@ -202,25 +203,27 @@ class Engine:
         return nk, out
 
     def slot_class(self, g: int) -> tuple:
-        """What slot g's tables depend on besides the key: its decision kind and block signature."""
+        """What slot g's tables depend on besides the key (its decision kind, the steps of its
+        choices by the store's ids, the checkpoint bytes, the codes, the overlap slowdown and how
+        the optimizer temporaries add up): equal for the engines of configurations that differ
+        only in the root strategy, which therefore share their tables (KeyStore.arenas)."""
+        return self._slot_classes[g]
+
+    def _class_of(self, g: int) -> tuple:
         kind, bi = self.positions[g]
         if kind == "embed":
-            return kind, None
+            return kind, self._sid_embed, self.pb.s, self.pm_sum
         b = self.pb.blocks[bi]
-        return kind, (b.mlp_shape, b.attn_shape, b.ck)
+        codes = self.codes_nc + self.codes_ck if kind == "mlp" else list(range(len(self.pb.choices)))
+        return (kind, tuple(self._sids[b.attn_shape]), tuple(self._sids[b.mlp_shape]), b.ck, tuple(codes),
+                self.pb.s, self.pm_sum)
 
     def arena(self, g: int) -> TableArena:
         """The TableArena of slot g's class."""
         cls = self.slot_class(g)
         a = self.arenas.get(cls)
         if a is None:
-            kind = cls[0]
-            if kind == "embed":
-                codes = [0]
-            elif kind == "mlp":
-                codes = self.codes_nc + self.codes_ck
-            else:
-                codes = list(range(len(self.pb.choices)))
+            codes = [0] if cls[0] == "embed" else cls[4]
             a = self.arenas[cls] = TableArena(np.array(codes, dtype=np.int64))
         return a
 

@@ -39,6 +39,7 @@ class KeyStore:
         self._steps_ids: dict = {}
         self.stages: dict = {}                       # (key id, steps id, kind, s, ck, pm_sum) -> (deltas, new key id)
         self._queue_rows: dict = {}                  # key id -> its queue as fold.py's rows
+        self.arenas: dict = {}                       # Engine.slot_class -> TableArena (tables.py)
 
     def intern(self, key) -> int:
         """The id of a key, the same for every equal key."""
