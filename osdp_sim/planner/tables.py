@@ -1,9 +1,10 @@
 """The transition tables of one search, as arrays: one TableArena per slot class.
 
-A slot class is a decision kind and a block signature (dp.Engine.table's cache key without the
-key): every slot of a class has the same codes, in the same order, and the same key gives the
-same table there. So a class keeps one row per key it has met, and the tables of all the
-distinct keys of a decision are one gather (`rows`) instead of a Python loop per key."""
+A slot class (dp.Engine.slot_class) names everything a slot's tables depend on besides the key:
+every slot of a class has the same codes, in the same order, and the same key gives the same
+table there, in every engine of the search's KeyStore. So a class keeps one row per key it has
+met, and the tables of all the distinct keys of a decision are one gather (`gather`) instead of
+a Python loop per key."""
 
 from dataclasses import dataclass, field
 
