@@ -1,5 +1,5 @@
 """numba's njit with its machine code cached, for the search's compiled loops (costmodel/fold.py,
-planner/dominance.py, planner/labelbounds.py, planner/labelfold.py). Those modules are imported
+planner/bounds.py, planner/dominance.py, planner/labelbounds.py, planner/labelfold.py). Those modules are imported
 only when a search or a fold runs, so numba's import (about half a second) is not paid by
 commands that never search.
 

@@ -31,7 +31,7 @@ Scope: reduce_every_microbatch=True plans (the search space); anything else rais
 """
 
 from dataclasses import dataclass, replace
-from functools import cached_property
+from osdp_sim.lazy import cached_field
 from typing import NamedTuple
 
 from osdp_sim.costmodel import lowering, rules
@@ -74,11 +74,11 @@ class StepCost:
     selective: bool               # its block, when checkpointed, is selectively checkpointed
     unit_optimizer_s: float       # its unit's optimizer step (lowering.unit_optimizer_s)
 
-    @cached_property
+    @cached_field
     def records(self) -> "UnitRecords":
         return unit_records(self.unit, self.grads_resident)
 
-    @cached_property
+    @cached_field
     def forward_gather(self) -> rules.Collective | None:
         return self.records.forward_gather if self.owns_gather else None
 
@@ -103,64 +103,64 @@ class StepCost:
     bwd_temp_bytes = property(lambda self: self.step.bwd_temp_bytes)        # gradient of the logits
     gathered_bytes = property(lambda self: self.unit.gathered_bytes)
 
-    @cached_property
+    @cached_field
     def forward_memo(self) -> dict:
         """_forward_terms's cache for this step."""
         return {}
 
-    @cached_property
+    @cached_field
     def gathered_before_forward_bytes(self) -> float:
         """What its own forward gather allocates (0: already gathered)."""
         return 0.0 if self.forward_gather is None else rules.allocated_bytes(self.forward_gather.at_start)
 
-    @cached_property
+    @cached_field
     def forward_gather_s(self) -> float | None:
         """Its own all-gather's work before its forward (None: already gathered)."""
         return None if self.forward_gather is None else self.forward_gather.work_s
 
-    @cached_property
+    @cached_field
     def regathers(self) -> bool:
         """Its copy is freed after forward and gathered again for backward."""
         return self.unit.reshards_after_forward
 
-    @cached_property
+    @cached_field
     def backward_gather_s(self) -> float:
         return self.backward_gather.work_s if self.regathers else 0.0
 
-    @cached_property
+    @cached_field
     def reduction_items(self) -> tuple | None:
         """The reductions as queue items (work, alloc_at_start, free_at_end, alloc_at_end)."""
         return self.records.reduction_items if self.last_backward else None
 
-    @cached_property
+    @cached_field
     def resident_bytes(self) -> float:
         """Resident bytes of its unit (params, optimizer states, grads if resident)."""
         return self.records.resident_bytes if self.first_backward else 0.0
 
-    @cached_property
+    @cached_field
     def optimizer_temp_bytes(self) -> float:
         return self.unit.optimizer_temp_bytes if self.first_backward else 0.0
 
-    @cached_property
+    @cached_field
     def optimizer_s(self) -> float:
         return self.unit_optimizer_s if self.first_backward else 0.0
 
-    @cached_property
+    @cached_field
     def recompute_s(self) -> float:
         """Its recompute work when its block is checkpointed."""
         return self.step.sac_recompute_s if self.selective else self.step.recompute_work_s
 
-    @cached_property
+    @cached_field
     def sac_kept_bytes(self) -> float:
         """Kept by a selectively checkpointed block for it (saved mm outputs)."""
         return self.step.sac_saved_bytes if self.selective else 0.0
 
-    @cached_property
+    @cached_field
     def pending(self) -> "Pending":
         """pending_of(self), computed once (a stage reads it for every key)."""
         return pending_of(self)
 
-    @cached_property
+    @cached_field
     def pending_regathered(self) -> "Pending":
         """pending_of(self, True), computed once."""
         return pending_of(self, True)

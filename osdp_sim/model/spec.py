@@ -8,7 +8,7 @@ computed in fp32; a config with implementation 'hf' (every config.json) adds wha
 """
 
 from dataclasses import dataclass
-from functools import cached_property
+from osdp_sim.lazy import cached_field
 
 from osdp_sim.model.config import ModelConfig
 
@@ -156,7 +156,7 @@ class ModelSpec:
     def seq_len(self) -> int:
         return self.config.seq_len
 
-    @cached_property
+    @cached_field
     def param_count(self) -> int:
         return sum(u.param_count for u in self.units)
 
@@ -164,11 +164,11 @@ class ModelSpec:
     def blocks(self) -> tuple[Unit, ...]:
         return tuple(u for u in self.units if u.kind == "block")
 
-    @cached_property
+    @cached_field
     def groups(self) -> tuple[OpGroup, ...]:
         return tuple(g for u in self.units for g in u.groups)
 
-    @cached_property
+    @cached_field
     def plan_keys(self) -> tuple[str, ...]:
         """Plan entries in forward order, 'root' first."""
         return tuple(dict.fromkeys(g.plan_key for g in self.groups))
@@ -176,7 +176,7 @@ class ModelSpec:
     def params_of(self, plan_key: str) -> int:
         return sum(g.param_count for g in self.groups if g.plan_key == plan_key)
 
-    @cached_property
+    @cached_field
     def fwd_flops_per_token(self) -> float:
         return sum(u.fwd_flops_per_token for u in self.units)
 

@@ -47,6 +47,7 @@ the dual function, where its maximum lies when every block has the same shape).
 import numpy as np
 
 from osdp_sim.costmodel.fast import MEM_Q, TIME_Q, Pending
+from osdp_sim.jit import compiled
 from osdp_sim.planner.problem import Option, Problem
 
 MU = (0.0, 0.5, 1.0)
@@ -54,23 +55,44 @@ MU = (0.0, 0.5, 1.0)
 
 def _hull_slopes(S: np.ndarray, T: np.ndarray) -> list[float]:
     """-dT/dS along the lower-left convex hull of the points (S, T)."""
-    order = np.lexsort((T, S))
-    pts = []
+    return _hull_slopes_sorted(np.ascontiguousarray(S, dtype=np.float64), np.ascontiguousarray(T, dtype=np.float64),
+                               np.argsort(S, kind="stable")).tolist()
+
+
+@compiled
+def _hull_slopes_sorted(S, T, order):
+    """order sorts S up. Of each run of equal S only its least T can be undominated; a point is
+    kept when its T is below every T before it. A monotone chain over the kept points (x up, y
+    down) leaves the lower hull, whose falling edges give the slopes."""
+    n = len(S)
+    hx = np.empty(n)
+    hy = np.empty(n)
+    h = 0
     best_t = np.inf
-    for i in order:                              # keep points not dominated (S up, T down)
-        if T[i] < best_t:
-            pts.append((S[i], T[i]))
-            best_t = T[i]
-    hull: list[tuple[float, float]] = []
-    for p in pts:
-        while len(hull) >= 2:
-            (x1, y1), (x2, y2) = hull[-2], hull[-1]
-            if (x2 - x1) * (p[1] - y1) - (y2 - y1) * (p[0] - x1) <= 0:
-                hull.pop()
-            else:
-                break
-        hull.append(p)
-    return [(y1 - y2) / (x2 - x1) for (x1, y1), (x2, y2) in zip(hull, hull[1:]) if x2 > x1 and y1 > y2]
+    i = 0
+    while i < n:
+        x = S[order[i]]
+        y = T[order[i]]
+        j = i + 1
+        while j < n and S[order[j]] == x:
+            y = min(y, T[order[j]])
+            j += 1
+        i = j
+        if not y < best_t:
+            continue
+        best_t = y
+        while h >= 2 and (hx[h - 1] - hx[h - 2]) * (y - hy[h - 2]) - (hy[h - 1] - hy[h - 2]) * (x - hx[h - 2]) <= 0:
+            h -= 1
+        hx[h] = x
+        hy[h] = y
+        h += 1
+    out = np.empty(max(h - 1, 0))
+    k = 0
+    for i in range(h - 1):
+        if hx[i + 1] > hx[i] and hy[i] > hy[i + 1]:
+            out[k] = (hy[i] - hy[i + 1]) / (hx[i + 1] - hx[i])
+            k += 1
+    return out[:k]
 
 
 class ShapeTerms:
