@@ -194,13 +194,16 @@ def _first_good(measure, good, attempts: int = 3):
 def test_gemm_sweep_rates_are_positive_and_grow_with_size():
     shapes = gemm.gemm_shapes("cpu", quick=False, tiny=True)
     assert [s.gflop for s in shapes] == sorted(s.gflop for s in shapes)
-    for dtype in ("fp32", "bf16"):
-        # a 32^3 GEMM is dominated by dispatch overhead; 128^3 is not
+    # fp32: a 32^3 GEMM is dominated by dispatch overhead, 128^3 is not (15 against 100-140
+    # GFLOP/s on an AMD EPYC 2-core machine). bf16 on a CPU without native bf16 GEMMs runs a slow
+    # kernel whose time dwarfs the dispatch already at 32^3 (2.6 against 3.0 GFLOP/s there): the
+    # rate still grows, by less.
+    for dtype, growth in (("fp32", 1.5), ("bf16", 1.05)):
         pts = _first_good(lambda: gemm.measure_gemm(CPU, dtype, shapes, FAST, QUIET),
-                          lambda pts: pts[-1].flops_per_s > 1.5 * pts[0].flops_per_s)
+                          lambda pts: pts[-1].flops_per_s > growth * pts[0].flops_per_s)
         rates = [p.flops_per_s for p in pts]
         assert all(math.isfinite(r) and r > 0 for r in rates)
-        assert rates[-1] > 1.5 * rates[0], rates
+        assert rates[-1] > growth * rates[0], (dtype, rates)
 
 
 def test_bandwidth_and_launch_are_plausible():
