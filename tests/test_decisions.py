@@ -205,9 +205,10 @@ repeats: 1
 warmup: 1
 iters: 2
 threads: 1
+precision: fp32
 top_n: 1
 tune: {{candidates: 1, baselines: 1}}
-baselines: [zero3]
+baselines: [zero3_per_block]
 run_seconds: {{gpt2-tiny: 9}}
 cases:
   - {{name: tiny-100, model: gpt2-tiny, mem_limit: 100MiB, micro_batches: [4]}}

@@ -19,7 +19,7 @@ from osdp_sim.planner.space import SearchSpace                         # noqa: E
 
 ROOT = Path(__file__).resolve().parents[1]
 HW = str(ROOT / "hwprofiles" / "cpu-2core-calibrated.yaml")
-ARGS = ["--hw", HW, "--model", "gpt2-tiny", "--mem-limit", "80MiB", "--candidates", "1", "--near", "0",
+ARGS = ["--hw", HW, "--model", "gpt2-tiny", "--mem-limit", "80MiB", "--precision", "fp32", "--candidates", "1", "--near", "0",
         "--baselines", "1", "--warmup", "1", "--iters", "2", "--refit-starts", "1", "--time-limit", "400", "--confirm", "0"]
 
 

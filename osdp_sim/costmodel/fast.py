@@ -459,6 +459,7 @@ class _StepsPart(NamedTuple):
     g_a: int
     p_a: int
     ckattn_s: float               # "ckattn": its gathers and recompute, after the forward segments
+    root_start_bytes: float       # "embed": resident bytes and the root's copy allocated at t = 0
 
 
 def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> _StepsPart:
@@ -472,7 +473,7 @@ def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> _StepsPart:
     dt = 0.0
     o_v = float("-inf")
     prefix = 0.0
-    for i, st in enumerate(steps[:-1]):
+    for i in range(n - 1):
         dt += seg(fwd[i].work_s, steps[i + 1].forward_gather_s or 0.0, s)
         # at its start: what it allocates, its own gather's copy and the next step's prefetch
         o_v = max(o_v, res_n + prefix + fwd[i].start_bytes + steps[i + 1].gathered_before_forward_bytes)
@@ -519,7 +520,7 @@ def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> _StepsPart:
                       y0_bytes=y, first_extra=extra, first_barrier=barrier, tail=_fold().pack(tail),
                       n_tail_tasks=len(tail), opt=qt(sum(st.optimizer_s for st in steps)), s_n=qm(s_n),
                       d_v=qm(res_n), pm=qm(sum(pms)), pm_max=qm(max(pms, default=0.0)), g_a=qm(g_a), p_a=qm(p_a),
-                      ckattn_s=dt_ck)
+                      ckattn_s=dt_ck, root_start_bytes=res_n + steps[0].gathered_before_forward_bytes)
 
 
 _PARTS: dict = {}                 # (ids of steps, kind, s, ck) -> (steps, _StepsPart): the steps held, so their ids stay theirs
@@ -548,7 +549,7 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
     o_v = max(part.o_v_bytes, part.last_event_bytes + pend.gathered_bytes)
     if kind == "embed":
         dt += steps[0].forward_gather_s or 0.0                       # the root all-gather starts the step
-        o_v = max(o_v, sum(st.resident_bytes for st in steps) + steps[0].gathered_before_forward_bytes)   # and allocates the root's copy at t=0
+        o_v = max(o_v, part.root_start_bytes)                       # and allocates the root's copy at t=0
     elif kind == "ckattn":
         dt += part.ckattn_s
     # the pending step's backward task first, then the steps' own: under "group" it prefetches the
