@@ -233,3 +233,35 @@ def test_engine_key_terms_cache_returns_what_the_bounds_compute(seed):
             asked += len(ukey)
         assert set(eng._key_terms_at[g][0].tolist()) <= set(keys.tolist())
     assert asked > 2 * len(at)
+
+
+def _hull_slopes_by_definition(S, T):
+    """The Lagrangian grid's slopes from their definition: the undominated points (no other at
+    <= S and <= T, one per distinct S), of which those not on or above a segment between two
+    others (integer points: exact) are the lower hull's vertices; -dT/dS along its falling edges."""
+    pts = sorted({(s, t) for s, t in zip(S, T)
+                  if not any((s2 <= s and t2 < t) or (s2 < s and t2 <= t) for s2, t2 in zip(S, T))})
+    def above(j, i, k):
+        (x1, y1), (x, y), (x2, y2) = pts[j], pts[i], pts[k]
+        return (y - y1) * (x2 - x1) >= (y2 - y1) * (x - x1)
+    vs = [p for i, p in enumerate(pts)
+          if not any(above(j, i, k) for j in range(i) for k in range(i + 1, len(pts)))]
+    return [(y1 - y2) / (x2 - x1) for (x1, y1), (x2, y2) in zip(vs, vs[1:])]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lagrangian_grid_slopes_are_the_lower_hulls(seed):
+    """bounds._hull_slopes (compiled) on random integer points with ties in S, in T and whole
+    duplicates, against the definition."""
+    from osdp_sim.planner.bounds import _hull_slopes
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    span = int(rng.integers(2, 30))
+    S, T = rng.integers(0, span, n), rng.integers(0, span, n)
+    if seed % 2:                  # points on a falling line under the rest: collinear hull vertices
+        k = int(rng.integers(2, 6))
+        S = np.concatenate([S, np.arange(k) * 3])
+        T = np.concatenate([T, -np.arange(k) * 2])
+    got = _hull_slopes(S.astype(float), T.astype(float))
+    want = _hull_slopes_by_definition(S.tolist(), T.tolist())
+    assert got == pytest.approx(want, rel=1e-12)
