@@ -418,8 +418,9 @@ def root_step_times(spec: ModelSpec, g: OpGroup, hw: HardwareProfile, dtype: str
 
 def _step(hw: HardwareProfile, name: str, unit_index: int, u: CommUnit, block: int, dev_f: float,
           dev_b: float, host_f: float, host_b: float, act: float, act_grad: float,
-          bwd_temp: float = 0.0) -> Step:
-    """One non-root step: its unit's collective calls, copy-out (each all-gather) and copy-in added."""
+          bwd_temp: float = 0.0, sac: tuple[float, float] = (0.0, 0.0)) -> Step:
+    """One non-root step: its unit's collective calls, copy-out (each all-gather) and copy-in added.
+    sac: (recompute, kept bytes) under selective checkpointing (selective_recompute)."""
     calls_f, calls_b = collective_calls(u)
     gathers_f = u.strategy != "ddp"           # ddp's "all-gather" is the local copy of make_unit
     gathers_b = u.reshards_after_forward and gathers_f
@@ -428,7 +429,8 @@ def _step(hw: HardwareProfile, name: str, unit_index: int, u: CommUnit, block: i
     return Step(name, unit_index, block,
                 task_time_s(hw, dev_f + cf, host_f + calls_s(hw, calls_f)),
                 task_time_s(hw, dev_b + cb_ + copy_in_s(hw, u.unsharded_grad_bytes), host_b + calls_s(hw, calls_b)),
-                act, act_grad, bwd_temp_bytes=bwd_temp, recompute_s=task_time_s(hw, dev_f, host_f))
+                act, act_grad, bwd_temp_bytes=bwd_temp, recompute_s=task_time_s(hw, dev_f, host_f),
+                sac_recompute_s=sac[0], sac_saved_bytes=sac[1])
 
 
 def lower_group(spec: ModelSpec, g: OpGroup, block: int, hw: HardwareProfile, plan: Plan,
@@ -446,14 +448,15 @@ def lower_group(spec: ModelSpec, g: OpGroup, block: int, hw: HardwareProfile, pl
     bwd_temp = g.bwd_temp.bytes_per_token(compute_bytes(dtype)) * tokens
     tensors = param_tensors(spec.config, g)
 
+    out_bytes = tokens * compute_bytes(dtype)
     if not c.is_split:
         units.append(make_unit(g.name, g.plan_key, c.strategy, g.param_count, hw, plan,
                                largest_tensor=largest_tensor(g), tensors=tensors))
         u = units[-1]
-        steps = [_step(hw, g.name, len(units) - 1, u, block,
-                       t.fixed_fwd_s + sum(t.slice_fwd_s.values()), t.fixed_bwd_s + sum(t.slice_bwd_s.values()),
-                       t.host_fwd_s, t.host_bwd_s, act, act_grad, bwd_temp)]
-        return selective_recompute(hw, g, c, steps, t, [t.host_fwd_s], tokens * compute_bytes(dtype))
+        (sac,) = selective_recompute(hw, g, c, t, [t.host_fwd_s], out_bytes)
+        return [_step(hw, g.name, len(units) - 1, u, block,
+                      t.fixed_fwd_s + sum(t.slice_fwd_s.values()), t.fixed_bwd_s + sum(t.slice_bwd_s.values()),
+                      t.host_fwd_s, t.host_bwd_s, act, act_grad, bwd_temp, sac)]
 
     # Replicated part: norms, biases, the k - j unsharded slices of every Linear.
     rep_params = g.param_count - g.splittable_params * j / k
@@ -465,11 +468,12 @@ def lower_group(spec: ModelSpec, g: OpGroup, block: int, hw: HardwareProfile, pl
     slice_host_f, slice_host_b = SLICE_OPS[0] * hw.host.op_s, SLICE_OPS[1] * hw.host.op_s
     shared_f = j * len(g.linears) * slice_host_f          # the sharded slices' ops run in their own steps
     shared_b = j * len(g.linears) * slice_host_b
+    hosts = [max(0.0, t.host_fwd_s - shared_f)] + [slice_host_f] * (j * len(g.linears))
+    sac = selective_recompute(hw, g, c, t, hosts, out_bytes)
     steps = [_step(hw, g.name, len(units) - 1, units[-1], block,
                    t.fixed_fwd_s + (k - j) * sum(t.slice_fwd_s.values()),
                    t.fixed_bwd_s + (k - j) * sum(t.slice_bwd_s.values()),
-                   max(0.0, t.host_fwd_s - shared_f), max(0.0, t.host_bwd_s - shared_b),
-                   act, act_grad, bwd_temp)]
+                   hosts[0], max(0.0, t.host_bwd_s - shared_b), act, act_grad, bwd_temp, sac[0])]
     zero3 = "zero3"
     for lin in g.linears:
         for s in range(j):
@@ -477,27 +481,27 @@ def lower_group(spec: ModelSpec, g: OpGroup, block: int, hw: HardwareProfile, pl
             units.append(make_unit(name, g.plan_key, zero3, lin.weight_params / k, hw, plan,
                                    largest_tensor=lin.weight_params / k))
             steps.append(_step(hw, name, len(units) - 1, units[-1], block, t.slice_fwd_s[lin.name],
-                               t.slice_bwd_s[lin.name], slice_host_f, slice_host_b, 0.0, 0.0))
-    hosts = [max(0.0, t.host_fwd_s - shared_f)] + [slice_host_f] * (len(steps) - 1)
-    return selective_recompute(hw, g, c, steps, t, hosts, tokens * compute_bytes(dtype))
+                               t.slice_bwd_s[lin.name], slice_host_f, slice_host_b, 0.0, 0.0,
+                               sac=sac[len(steps)]))
+    return steps
 
 
-def selective_recompute(hw: HardwareProfile, g: OpGroup, c, steps: list[Step], t: GroupTimes,
-                        hosts: list[float], out_bytes_per_feature: float) -> list[Step]:
-    """`steps` (one group, lower_group's order: the group's step, then each Linear's sharded
-    slices) with what selective checkpointing (torchtitan 820504e2's op policy,
-    runtime/selective.py) recomputes and keeps: it recomputes the memory-bound work and every mm
-    it does not save, never the attention kernel (SDPA's outputs are saved); it keeps the outputs
-    of the 1st, 3rd, ... aten.mm of the block (a biased unsplit Linear is an addmm: recomputed,
-    kept nothing, not counted). The host dispatches every forward op again (`hosts`, per step;
-    a saved op's output comes from the cache), no collective call. `out_bytes_per_feature`:
-    tokens x compute-dtype bytes."""
+def selective_recompute(hw: HardwareProfile, g: OpGroup, c, t: GroupTimes, hosts: list[float],
+                        out_bytes_per_feature: float) -> list[tuple[float, float]]:
+    """Per step of one group (lower_group's order: the group's step, then each Linear's sharded
+    slices; `hosts` has one entry per step), (recompute, kept bytes) under selective
+    checkpointing (torchtitan 820504e2's op policy, runtime/selective.py): it recomputes the
+    memory-bound work and every mm it does not save, never the attention kernel (SDPA's outputs
+    are saved); it keeps the outputs of the 1st, 3rd, ... aten.mm of the block (a biased unsplit
+    Linear is an addmm: recomputed, kept nothing, not counted). The host dispatches every forward
+    op again (`hosts`, per step; a saved op's output comes from the cache), no collective call.
+    `out_bytes_per_feature`: tokens x compute-dtype bytes."""
     from osdp_sim.model.spec import mm_calls, mm_saved
     k, j = c.slices, c.sharded_slices
     slice_s = t.slice_fwd_s
     before = g.mm_before
-    rc = [0.0] * len(steps)
-    kept = [0.0] * len(steps)
+    rc = [0.0] * len(hosts)
+    kept = [0.0] * len(hosts)
     rc[0] = t.fixed_fwd_s - t.attention_fwd_s
     for li, lin in enumerate(g.linears):
         calls = mm_calls(lin, k)
@@ -509,5 +513,4 @@ def selective_recompute(hw: HardwareProfile, g: OpGroup, c, steps: list[Step], t
             else:
                 rc[at] += slice_s[lin.name]
         before += calls
-    return [replace(st, sac_recompute_s=task_time_s(hw, r, h), sac_saved_bytes=b)
-            for st, r, h, b in zip(steps, rc, hosts, kept)]
+    return [(task_time_s(hw, r, h), b) for r, h, b in zip(rc, hosts, kept)]
