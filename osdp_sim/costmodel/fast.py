@@ -31,7 +31,6 @@ Scope: reduce_every_microbatch=True plans (the search space); anything else rais
 """
 
 from dataclasses import dataclass, replace
-from osdp_sim.lazy import cached_field
 from typing import NamedTuple
 
 from osdp_sim.costmodel import lowering, rules
@@ -39,6 +38,7 @@ from osdp_sim.costmodel.lowering import (CommUnit, Step, check_selective, lower_
                                          root_step, root_unit, unit_optimizer_s)
 from osdp_sim.costmodel.states import compute_bytes
 from osdp_sim.hardware.profile import HardwareProfile
+from osdp_sim.lazy import cached_field
 from osdp_sim.model.spec import ModelSpec, OpGroup
 from osdp_sim.plan.plan import GroupChoice, Plan
 

@@ -8,8 +8,8 @@ computed in fp32; a config with implementation 'hf' (every config.json) adds wha
 """
 
 from dataclasses import dataclass
-from osdp_sim.lazy import cached_field
 
+from osdp_sim.lazy import cached_field
 from osdp_sim.model.config import ModelConfig
 
 
