@@ -16,6 +16,7 @@ from osdp_sim.model.spec import build_spec
 from osdp_sim.planner.dp import Engine
 import osdp_sim.planner.merged as merged
 from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, TooLarge, lambda_grid
+from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp
 from osdp_sim.planner.merged import MergedView, grid_for
 from osdp_sim.planner.problem import build_problem
 from osdp_sim.planner.space import SearchSpace, group_choices
@@ -265,3 +266,51 @@ def test_lagrangian_grid_slopes_are_the_lower_hulls(seed):
     got = _hull_slopes(S.astype(float), T.astype(float))
     want = _hull_slopes_by_definition(S.tolist(), T.tolist())
     assert got == pytest.approx(want, rel=1e-12)
+
+
+def _key_value(store, kid: int):
+    """A key as a value: plain keys as their (pending, queue) tuple, markers around their inner key's."""
+    key = store.keys[kid]
+    if isinstance(key, DeferredMlp):
+        return ("deferred", _key_value(store, key.key_id), key.choice)
+    if isinstance(key, CkMlpDone):
+        return ("ckmlp done", _key_value(store, key.key_id))
+    return key
+
+
+def _intern_value(store, value) -> int:
+    if value[0] == "deferred":
+        return store.intern(DeferredMlp(_intern_value(store, value[1]), value[2]))
+    if value[0] == "ckmlp done":
+        return store.intern(CkMlpDone(_intern_value(store, value[1])))
+    return store.intern(value)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_table_rows_from_one_compiled_call_are_each_entrys_own_stage(seed):
+    """Engine.tables builds the rows of many keys in one fold.run_stages call (the fixed point and
+    the new keys' interning by queue bytes there); each entry must equal the same decision run
+    alone by a second engine with its own store (Engine._stage: fold.run_tasks and fast.qt / qm),
+    new keys compared as values. The keys: those random plans meet at each slot."""
+    rng = random.Random(500 + seed)
+    _spec, _hw, pb, _plan = _instance(rng)
+    eng, alone = Engine(pb), Engine(pb)
+    nch, nb = len(pb.choices), len(pb.blocks)
+    at: dict[int, set] = {}
+    for _ in range(8):
+        ck = [rng.choice(pb.ckpt_options) for _ in range(nb)]
+        path, _ = eng.path([rng.randrange(nch) for _ in range(nb)], [rng.randrange(nch) for _ in range(nb)], ck)
+        for g, _L, k in path:
+            at.setdefault(g, set()).add(k)
+    entries = 0
+    for g, keys in sorted(at.items()):
+        keys = np.array(sorted(keys), dtype=np.int64)
+        D, NK, CODES = eng.tables(keys, g)
+        for r, kid in enumerate(keys.tolist()):
+            other = _intern_value(alone.store, _key_value(eng.store, kid))
+            for e, code in enumerate(CODES[r].tolist()):
+                nk, d = alone._stage(other, g, code)
+                assert tuple(D[r, e].tolist()) == d
+                assert _key_value(eng.store, int(NK[r, e])) == _key_value(alone.store, nk)
+                entries += 1
+    assert entries > 20

@@ -6,11 +6,12 @@ from dataclasses import fields
 import numpy as np
 import pytest
 
-from osdp_sim.costmodel.fast import NEG, Label, StageOut, apply
+from osdp_sim.costmodel import fold
+from osdp_sim.costmodel.fast import NEG, Label, StageOut, StagePlan, apply
 from osdp_sim.planner import labels
 from osdp_sim.planner.keygraph import _merge_min
 from osdp_sim.planner.labelbounds import compiled_label_cols
-from osdp_sim.planner.labelfold import compiled_layout, graph_back
+from osdp_sim.planner.labelfold import compiled_layout, graph_back, update_chain
 from osdp_sim.planner.tables import TableArena
 from osdp_sim.planner.labels import (DT, LAYOUT, M1, M2, NCOL, NDELTA, O_M1, O_M2, O_V, O_Y, OPT, S_N, T, U, expand,
                                      label_row, sort_by_key, unique_inverse, update)
@@ -45,6 +46,10 @@ def test_columns_are_named_once_for_every_field_of_label_and_stageout():
     assert [getattr(labels, c) for c in LABEL_COLS.values()] == list(range(NCOL))
     assert [f.name for f in fields(StageOut)][1:] == list(DELTA_COLS)
     assert [getattr(labels, c) for c in DELTA_COLS.values()] == list(range(NDELTA))
+    assert list(fold.STAGE_DELTAS) == list(DELTA_COLS)          # fold.run_stages writes them in that order
+    assert [fold._DT, fold._OPT, fold._S_N, fold._O_V, fold._O_Y, fold._D_Y, fold._D_V, fold._NEW_PM, fold._O_M1,
+            fold._O_M2, fold._G_A, fold._P_A] == list(range(NDELTA))
+    assert set(fold.PLAN_FIXED) <= set(StagePlan.__dataclass_fields__) & set(fold.STAGE_DELTAS)
     lab = Label(*range(10, 10 + NCOL))
     assert label_row(lab) == [getattr(lab, f) for f in LABEL_COLS]
 
@@ -62,8 +67,7 @@ def test_expand_is_fast_apply_on_every_taken_entry_in_label_order(seed):
     nkeys, n, k = int(rng.integers(1, 6)), int(rng.integers(0, 30)), int(rng.integers(1, 5))
     arena = TableArena(rng.integers(0, 9, k))
     key_ids = rng.choice(100, nkeys, replace=False)
-    for kid in key_ids:
-        arena.add(int(kid), rng.integers(0, 40, k).tolist(), _rand(rng, (k, NDELTA), DELTA_NEG))
+    arena.add_rows(key_ids, rng.integers(0, 40, (nkeys, k)), np.stack([_rand(rng, (k, NDELTA), DELTA_NEG) for _ in key_ids]))
     D, NK, CODE = arena.gather(key_ids)
     NK[rng.random(NK.shape) < 0.3] = -1                     # pruned entries
     L = _rand(rng, (n, NCOL), LABEL_NEG)
@@ -112,11 +116,15 @@ def test_table_arena_keeps_each_keys_table_through_growth():
     rng = np.random.default_rng(7)
     arena = TableArena(np.array([3, 1, 4]))
     want = {}
-    for kid in rng.choice(5000, 300, replace=False):           # past the initial 16 rows and 64 ids
-        nks, ds = rng.integers(0, 99, 3), rng.integers(-50, 50, (3, NDELTA))
-        assert arena.missing(np.array([kid])).tolist() == [kid]
-        arena.add(int(kid), nks.tolist(), ds)
-        want[int(kid)] = (nks, ds)
+    kids = rng.choice(5000, 300, replace=False)                # past the initial 16 rows and 64 ids
+    lo = 0
+    while lo < len(kids):                                       # rows added one to 40 at a time
+        chunk = kids[lo:lo + int(rng.integers(1, 41))]
+        nks, ds = rng.integers(0, 99, (len(chunk), 3)), rng.integers(-50, 50, (len(chunk), 3, NDELTA))
+        assert arena.missing(chunk).tolist() == chunk.tolist()
+        arena.add_rows(chunk, nks, ds)
+        want.update({int(kid): (nks[r], ds[r]) for r, kid in enumerate(chunk)})
+        lo += len(chunk)
     ask = np.array(list(want)[::-7] + [5001, 5002])
     assert arena.missing(ask).tolist() == [5001, 5002]
     D, NK, CODE = arena.gather(ask[:-2])
@@ -151,3 +159,17 @@ def test_sort_by_key_is_lexsort_of_key_then_every_column(seed):
     K = rng.integers(0, int(rng.integers(1, 6)), n)
     want = np.lexsort(tuple(C[:, c] for c in range(NCOL - 1, -1, -1)) + (K,))
     assert sort_by_key(C, K).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("pm_sum", [False, True])
+def test_update_chain_is_update_applied_in_turn(pm_sum):
+    """labelfold.update_chain (dp.Engine.path's labels) returns the label before each delta row and
+    after the last, as labels.update one row at a time."""
+    rng = np.random.default_rng(3)
+    L0 = _rand(rng, (1, NCOL), LABEL_NEG)
+    D = _rand(rng, (40, NDELTA), DELTA_NEG)
+    chain = update_chain(L0, D.reshape(40, 1, NDELTA), 3, pm_sum)
+    want = [L0]
+    for d in D:
+        want.append(update(want[-1], d[None, :], 3, pm_sum))
+    assert np.array_equal(chain, np.vstack(want))

@@ -68,6 +68,9 @@ def test_pareto_command_writes_png_svg_and_a_sorted_non_dominated_front(tmp_path
                "--mem-limit", "60MiB", "--mem-limit", "120MiB", "--method", "sweep", "--resolution", "0",
                "-o", str(sweep)])
     assert rc == 0
+    err = capsys.readouterr().err                  # each point's call says whether it was proven
+    points = [ln for ln in err.splitlines() if ln.startswith("osdp-sim: sweep ")]
+    assert points and all(ln.endswith("(proven)") for ln in points)
     rows_sweep = list(csv.DictReader(sweep.with_suffix(".csv").open()))
     assert [(r["peak_memory_bytes"], r["samples_per_s"]) for r in rows_sweep] == \
         [(r["peak_memory_bytes"], r["samples_per_s"]) for r in rows]

@@ -587,21 +587,19 @@ def _plan_of(pend, steps, kind, s, ck, pm_sum) -> StagePlan:
     return hit[2]
 
 
-def stage_fields(sp: StagePlan, queue_rows) -> tuple[tuple, tuple]:
+def stage_rows(sp: StagePlan, queue_rows) -> tuple:
     """A stage's backward compute tasks against a queue given as fold.py's rows (fold.queue_array),
-    in one compiled call: (the new key, StageOut's other fields in their order)."""
+    in one compiled call: (the queue left as rows, StageOut's fields after the key in their order)."""
     fold = _fold_module or _fold()
     dt, y, o_y, o_m1, o_m2, left = fold.run_tasks(queue_rows, sp.tasks_f, sp.tasks_i, sp.items, sp.slowdown,
                                                   sp.dt0_s, sp.y0_bytes, sp.split)
-    return ((sp.new_pend, fold.queue_tuple(left)),
-            (qt(dt), sp.opt, sp.s_n, sp.o_v, qm(o_y), qm(y), sp.d_v, sp.pm, qm(o_m1), qm(o_m2), sp.g_a, sp.p_a))
+    return left, (qt(dt), sp.opt, sp.s_n, sp.o_v, qm(o_y), qm(y), sp.d_v, sp.pm, qm(o_m1), qm(o_m2), sp.g_a, sp.p_a)
 
 
-def stage_on(pend: "Pending", queue_rows, steps: tuple, kind: str, s: float, ck: float = 0.0,
-             pm_sum: bool = False) -> tuple[tuple, tuple]:
-    """stage() on a key given as its pending step and its queue's rows (the search keeps those per
-    key): (the new key, StageOut's other fields in their order)."""
-    return stage_fields(_plan_of(pend, steps, kind, s, ck, pm_sum), queue_rows)
+def stage_fields(sp: StagePlan, queue_rows) -> tuple[tuple, tuple]:
+    """stage_rows with the new key as a tuple (StageOut.key), then StageOut's other fields."""
+    left, fields = stage_rows(sp, queue_rows)
+    return (sp.new_pend, (_fold_module or _fold()).queue_tuple(left)), fields
 
 
 def run_stage(sp: StagePlan, queue: tuple) -> StageOut:

@@ -11,7 +11,7 @@ Layouts (float64 rows, so a stage crosses into compiled code once):
 
 import numpy as np
 
-from osdp_sim.costmodel.fast import TIME_Q
+from osdp_sim.costmodel.fast import MEM_Q, NEG, TIME_Q
 from osdp_sim.jit import compiled
 
 QCOLS = 6
@@ -210,22 +210,10 @@ def _compute_task(c, tf, items, ib, ie, bar_rel, queue, nq, s, out, ev_t, ev_o, 
 
 
 @compiled
-def run_tasks(queue, tasks_f, tasks_i, items, s, dt0, y0, split):
-    """The compute tasks of a stage in order. dt0, y0: the stage's time and live-byte offset before
-    them. Returns (time, live-byte offset after them, max of the events of tasks[:split], the
-    offset after task split-1 and the max of the events of tasks[split:] (-inf where there are
-    none, and the offset when split is the number of tasks), the queue left)."""
+def _fold_tasks(tasks_f, tasks_i, items, s, dt0, y0, split, buf_a, nq, buf_b, ev_t, ev_o, ev_k, ev_d):
+    """run_tasks on the queue buf_a[:nq], with buf_b and the event rows as scratch: (time, offset,
+    o_y, o_m1, o_m2 as run_tasks, the buffer holding the queue left, its rows)."""
     nt = tasks_f.shape[0]
-    cap = queue.shape[0] + items.shape[0] + 1
-    buf_a = np.empty((cap, QCOLS))
-    buf_a[:queue.shape[0]] = queue
-    buf_b = np.empty((cap, QCOLS))
-    ne_max = 3 + 3 * cap + 1
-    ev_t = np.empty(ne_max)
-    ev_o = np.empty(ne_max, dtype=np.int64)
-    ev_k = np.empty(ne_max, dtype=np.int64)
-    ev_d = np.empty(ne_max)
-    nq = queue.shape[0]
     dt = dt0
     y = y0
     o_y = -np.inf
@@ -245,4 +233,106 @@ def run_tasks(queue, tasks_f, tasks_i, items, s, dt0, y0, split):
                 o_m1 = y
         elif top_abs > o_m2:
             o_m2 = top_abs
-    return dt, y, o_y, o_m1, o_m2, buf_a[:nq].copy()
+    return dt, y, o_y, o_m1, o_m2, buf_a, nq
+
+
+@compiled
+def run_tasks(queue, tasks_f, tasks_i, items, s, dt0, y0, split):
+    """The compute tasks of a stage in order. dt0, y0: the stage's time and live-byte offset before
+    them. Returns (time, live-byte offset after them, max of the events of tasks[:split], the
+    offset after task split-1 and the max of the events of tasks[split:] (-inf where there are
+    none, and the offset when split is the number of tasks), the queue left)."""
+    cap = queue.shape[0] + items.shape[0] + 1
+    buf_a = np.empty((cap, QCOLS))
+    buf_a[:queue.shape[0]] = queue
+    buf_b = np.empty((cap, QCOLS))
+    ne_max = 3 + 3 * cap + 1
+    ev_t = np.empty(ne_max)
+    ev_o = np.empty(ne_max, dtype=np.int64)
+    ev_k = np.empty(ne_max, dtype=np.int64)
+    ev_d = np.empty(ne_max)
+    dt, y, o_y, o_m1, o_m2, left, nq = _fold_tasks(tasks_f, tasks_i, items, s, dt0, y0, split, buf_a,
+                                                   queue.shape[0], buf_b, ev_t, ev_o, ev_k, ev_d)
+    return dt, y, o_y, o_m1, o_m2, left[:nq].copy()
+
+
+# run_stages's plan columns: plan_f (float64), plan_i (int64), plan_fixed (a StagePlan's
+# queue-independent fields, quantised)
+PF_SLOWDOWN, PF_DT0, PF_Y0 = 0, 1, 2
+PI_TASK_BEGIN, PI_TASK_END, PI_ITEM_BEGIN, PI_ITEM_END, PI_SPLIT = 0, 1, 2, 3, 4
+PLAN_FIXED = ("opt", "s_n", "o_v", "d_v", "pm", "g_a", "p_a")
+# the columns of run_stages's deltas: fast.StageOut's fields after the key, in their order
+STAGE_DELTAS = ("dt", "opt", "s_n", "o_v", "o_y", "d_y", "d_v", "pm", "o_m1", "o_m2", "g_a", "p_a")
+_DT, _OPT, _S_N, _O_V, _O_Y, _D_Y, _D_V, _NEW_PM, _O_M1, _O_M2, _G_A, _P_A = range(12)
+
+
+@compiled
+def _fixed(x, unit, neg):
+    """fast.qt / fast.qm: x in units rounded half to even (as Python's round), -inf as neg."""
+    if x == -np.inf:
+        return neg
+    return np.int64(np.rint(x / unit))
+
+
+@compiled
+def run_stages(queues, queue_begin, queue_end, job_key, job_plan, tasks_f, tasks_i, items, plan_f, plan_i,
+               plan_fixed):
+    """Many stages in one call: job j runs plan job_plan[j] on the queue of key job_key[j]
+    (queues[queue_begin[k]:queue_end[k]]). A plan p's tasks are tasks_f/tasks_i[task_begin:task_end]
+    with its items items[item_begin:item_end] (plan_i's columns), run with plan_f's slowdown, dt0 and
+    y0 as run_tasks. Returns (deltas (jobs, 12): the stage deltas in fixed point, STAGE_DELTAS's
+    columns, the queue-independent ones copied from plan_fixed (PLAN_FIXED's columns); left (rows, 6): the queues left,
+    job j's at left[left_begin[j]:left_end[j]], -0.0 written as 0.0 so that equal queues have equal
+    bytes; left_begin; left_end)."""
+    nj = job_key.shape[0]
+    left_begin = np.empty(nj, dtype=np.int64)
+    left_end = np.empty(nj, dtype=np.int64)
+    total = 0
+    cap_max = 1
+    for j in range(nj):
+        p = job_plan[j]
+        cap = queue_end[job_key[j]] - queue_begin[job_key[j]] + plan_i[p, PI_ITEM_END] - plan_i[p, PI_ITEM_BEGIN] + 1
+        left_begin[j] = total
+        total += cap
+        if cap > cap_max:
+            cap_max = cap
+    left = np.empty((total, QCOLS))
+    deltas = np.empty((nj, 12), dtype=np.int64)
+    buf_a = np.empty((cap_max, QCOLS))
+    buf_b = np.empty((cap_max, QCOLS))
+    ne_max = 3 + 3 * cap_max + 1
+    ev_t = np.empty(ne_max)
+    ev_o = np.empty(ne_max, dtype=np.int64)
+    ev_k = np.empty(ne_max, dtype=np.int64)
+    ev_d = np.empty(ne_max)
+    for j in range(nj):
+        p = job_plan[j]
+        q0 = queue_begin[job_key[j]]
+        nq = queue_end[job_key[j]] - q0
+        for r in range(nq):
+            for col in range(QCOLS):
+                buf_a[r, col] = queues[q0 + r, col]
+        t0, t1 = plan_i[p, PI_TASK_BEGIN], plan_i[p, PI_TASK_END]
+        dt, y, o_y, o_m1, o_m2, out, n_left = _fold_tasks(
+            tasks_f[t0:t1], tasks_i[t0:t1], items[plan_i[p, PI_ITEM_BEGIN]:plan_i[p, PI_ITEM_END]],
+            plan_f[p, PF_SLOWDOWN], plan_f[p, PF_DT0], plan_f[p, PF_Y0], plan_i[p, PI_SPLIT],
+            buf_a, nq, buf_b, ev_t, ev_o, ev_k, ev_d)
+        b = left_begin[j]
+        for r in range(n_left):
+            for col in range(QCOLS):
+                left[b + r, col] = out[r, col] + 0.0
+        left_end[j] = b + n_left
+        fx = plan_fixed[p]
+        deltas[j, _DT] = _fixed(dt, TIME_Q, NEG)
+        deltas[j, _OPT] = fx[0]
+        deltas[j, _S_N] = fx[1]
+        deltas[j, _O_V] = fx[2]
+        deltas[j, _O_Y] = _fixed(o_y, MEM_Q, NEG)
+        deltas[j, _D_Y] = _fixed(y, MEM_Q, NEG)
+        deltas[j, _D_V] = fx[3]
+        deltas[j, _NEW_PM] = fx[4]
+        deltas[j, _O_M1] = _fixed(o_m1, MEM_Q, NEG)
+        deltas[j, _O_M2] = _fixed(o_m2, MEM_Q, NEG)
+        deltas[j, _G_A] = fx[5]
+        deltas[j, _P_A] = fx[6]
+    return deltas, left, left_begin, left_end

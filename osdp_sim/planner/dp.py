@@ -23,15 +23,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from osdp_sim.costmodel.fast import mlp_first, stage_on, start_label
+from osdp_sim.costmodel.fast import mlp_first, start_label
 from osdp_sim.costmodel.lowering import optimizer_temp_sums
 from osdp_sim.planner.bounds import Bounds
 from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
 from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp, KeyStore
-from osdp_sim.planner.labels import (DT, NCOL, OPT, S_N, ZERO, T, Table, U, expand, label_row, peaks, run_starts, sort_by_key,
-                                     unique_inverse, update)
+from osdp_sim.planner.labels import (DT, NCOL, OPT, S_N, T, Table, U, expand, label_row, peaks, run_starts, sort_by_key,
+                                     unique_inverse)
 from osdp_sim.planner.merged import MergedView, grid_for
 from osdp_sim.planner.problem import Problem
+from osdp_sim.planner.stagebatch import NO_STAGE, WRAP_CKMLP_DONE, WRAP_DEFERRED, WRAP_PLAIN, RowRecipe, run_one, run_rows
 from osdp_sim.planner.tables import TableArena
 
 
@@ -47,6 +48,7 @@ def positions_of(pb: Problem) -> list[tuple[str, int]]:
 
 
 PARETO_CHUNK_ROWS = 200_000       # rows between deadline checks of the dominance filter
+ROWS_PER_CALL = 256               # table rows per compiled call (its memory: rows x codes x queue)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_H = np.zeros((1, 1))
 _NO_M = np.zeros(1)
@@ -99,7 +101,7 @@ class Engine:
         self.single: dict = {}
         self._sids = [[self.store.steps_id(o.steps) for o in opts] for opts in pb.shapes]
         self._sid_embed = self.store.steps_id((pb.root.embed,))
-        self.stage_sims = 0                         # stage() simulations run (memo misses)
+        self.stage_sims = 0                         # stages folded: table entries with a stage, single stages
         self.pm_sum = optimizer_temp_sums(pb.hw, pb.cfg.optimizer)   # how labels combine PM
         self.graph: KeyGraph | None = None          # exact time-to-go (keygraph.py), once built
         self.too_large_real: list = []              # (limit, threshold, caps) of abandoned graphs
@@ -157,50 +159,69 @@ class Engine:
         return L, np.array([self.intern(key0)], dtype=np.int64)
 
     # ---- transitions -------------------------------------------------------------------
-    def _st(self, key_id: int, sid, steps: tuple, kind: str, ck: float = 0.0):
-        """stage() on a key and steps given by ids: (its deltas (labels.py's columns), the id of its new key)."""
-        mk = (key_id, sid, kind, self.pb.s, ck, self.pm_sum)
-        hit = self.store.stages.get(mk)
-        if hit is None:
-            new_key, fields = stage_on(self.keys[key_id][0], self.store.queue_rows(key_id), steps, kind,
-                                       self.pb.s, ck, self.pm_sum)
-            hit = self.store.stages[mk] = (fields, self.intern(new_key))
-            self.stage_sims += 1
-        return hit
-
     def _stage(self, key_id: int, g: int, code: int) -> tuple[int, tuple]:
         """New key and deltas (labels.py's columns) of the decision at slot g taking `code`."""
+        a = self.arena(g)
+        e = a.column_of[code]
+        r = a.row(key_id)
+        if r >= 0:
+            return int(a.new_keys[r, e]), tuple(a.deltas[r, e].tolist())
+        inner, r = self._recipe_of(a, g, key_id)     # one stage, not the row: path() meets keys no run makes
+        self.stage_sims += int(r.plan[e] != NO_STAGE)
+        return run_one(self.store, key_id, inner, r, e)
+
+    def _recipe_of(self, a: TableArena, g: int, key_id: int) -> tuple[int, RowRecipe]:
+        """(the plain key whose queue the stages of key_id's row at slot g run on, the row's recipe).
+        A recipe depends on the slot class, the pending step and the key's kind (a DeferredMlp's
+        choice): its arena keeps it for every key alike."""
+        key = self.keys[key_id]
+        if isinstance(key, DeferredMlp):
+            inner, kind = key.key_id, ("deferred", key.choice)
+        elif isinstance(key, CkMlpDone):
+            inner, kind = key.key_id, ("ckmlp done",)
+        else:
+            inner, kind = key_id, ("plain",)
+        vk = (self.store.pend_number_of(inner),) + kind
+        r = a.recipes.get(vk)
+        if r is None:
+            r = a.recipes[vk] = self._recipe(g, a.codes, self.keys[inner][0], key)
+        return inner, r
+
+    def _recipe(self, g: int, codes: np.ndarray, pend, key) -> RowRecipe:
+        """The stage of each code at slot g from a key with pending step `pend` (the decision rules
+        of the module's docstring: a checkpointed MLP recorded, run first, or the whole block)."""
         pb = self.pb
         kind, bi = self.positions[g]
-        key = self.keys[key_id]
         nchoice = len(pb.choices)
-        if kind == "embed":
-            out, nk = self._st(key_id, self._sid_embed, (pb.root.embed,), "embed")
-        else:
-            b = pb.blocks[bi]
-            if kind == "mlp":
+        stages, wraps, choices = [], [], []
+        for code in codes.tolist():
+            wrap, choice = WRAP_PLAIN, -1
+            if kind == "embed":
+                st = ((pb.root.embed,), "embed", 0.0)
+            elif kind == "mlp":
+                b = pb.blocks[bi]
                 c = code % nchoice
-                opt = pb.shapes[b.mlp_shape][c]
-                sid = self._sids[b.mlp_shape][c]
+                steps = pb.shapes[b.mlp_shape][c].steps
                 if code < nchoice:
-                    out, nk = self._st(key_id, sid, opt.steps, "group")
-                elif mlp_first(opt.steps, key[0]):
-                    out, nk = self._st(key_id, sid, opt.steps, "ckmlp", b.ck)
-                    return self.intern(CkMlpDone(nk)), out
+                    st = (steps, "group", 0.0)
+                elif mlp_first(steps, pend):
+                    st, wrap = (steps, "ckmlp", b.ck), WRAP_CKMLP_DONE
                 else:                                       # checkpointed: the whole block later
-                    return self.intern(DeferredMlp(key_id, c)), ZERO
+                    st, wrap, choice = None, WRAP_DEFERRED, c
             else:
-                aopt = pb.shapes[b.attn_shape][code]
-                sid = self._sids[b.attn_shape][code]
+                b = pb.blocks[bi]
+                steps = pb.shapes[b.attn_shape][code].steps
                 if isinstance(key, DeferredMlp):
-                    mopt = pb.shapes[b.mlp_shape][key.choice]
-                    out, nk = self._st(key.key_id, (sid, self._sids[b.mlp_shape][key.choice]),
-                                       aopt.steps + mopt.steps, "ckpt", b.ck)
+                    st = (steps + pb.shapes[b.mlp_shape][key.choice].steps, "ckpt", b.ck)
                 elif isinstance(key, CkMlpDone):
-                    out, nk = self._st(key.key_id, sid, aopt.steps, "ckattn", b.ck)
+                    st = (steps, "ckattn", b.ck)
                 else:
-                    out, nk = self._st(key_id, sid, aopt.steps, "group")
-        return nk, out
+                    st = (steps, "group", 0.0)
+            stages.append(st)
+            wraps.append(wrap)
+            choices.append(choice)
+        return RowRecipe(pend, stages, np.array(wraps, dtype=np.int64), np.array(choices, dtype=np.int64),
+                         pb.s, self.pm_sum)
 
     def slot_class(self, g: int) -> tuple:
         """What slot g's tables depend on besides the key (its decision kind, the steps of its
@@ -229,18 +250,18 @@ class Engine:
 
     def tables(self, keys: np.ndarray, g: int, deadline: float | None = None, timeout=None):
         """The transitions of the distinct key ids `keys` at slot g, as labelfold.expand's arrays
-        (TableArena.gather), built where missing (one stage per key and code). deadline: raise
-        `timeout` past it, checked every 32 keys built."""
+        (TableArena.gather), built where missing: ROWS_PER_CALL rows per compiled call
+        (stagebatch.run_rows). deadline: raise `timeout` past it, checked between calls."""
         a = self.arena(g)
-        for r, k in enumerate(a.missing(keys)):
-            if deadline is not None and r % 32 == 31 and time.perf_counter() > deadline:
+        miss = a.missing(keys)
+        for lo in range(0, len(miss), ROWS_PER_CALL):
+            if deadline is not None and lo and time.perf_counter() > deadline:
                 raise timeout or _Timeout
-            nks, ds = [], []
-            for c in a.codes:
-                nk, d = self._stage(int(k), g, int(c))
-                nks.append(nk)
-                ds.append(d)
-            a.add(int(k), nks, ds)
+            chunk = miss[lo:lo + ROWS_PER_CALL]
+            inner, recipes = zip(*(self._recipe_of(a, g, int(k)) for k in chunk))
+            new_keys, deltas, sims = run_rows(self.store, chunk, list(inner), list(recipes), a.columns)
+            a.add_rows(chunk, new_keys, deltas)
+            self.stage_sims += sims
         return a.gather(keys)
 
     def table(self, key_id: int, g: int) -> Table:
@@ -337,24 +358,26 @@ class Engine:
 
     def path(self, attn: list[int], mlp: list[int], ckpt: list[bool]):
         """One plan through the same tables: [(slot, label row (1, NCOL), key id)] and the final
-        (t_q, peak_q). For tests of the bounds and of the tables."""
+        (t_q, peak_q). The uniform plans' incumbents (bnb.py), and tests of the bounds and tables."""
+        from osdp_sim.planner.labelfold import update_chain
         pb = self.pb
         L, K = self.start()
         kid = int(K[0])
         nch = len(pb.choices)
-        out = []
+        kids, deltas = [], []
         for g, (kind, bi) in enumerate(self.positions):
-            out.append((g, L, kid))
-            code = {"mlp": lambda: mlp[bi] + (nch if ckpt[bi] else 0), "attn": lambda: attn[bi],
-                    "embed": lambda: 0}[kind]()
+            kids.append(kid)
+            code = (mlp[bi] + (nch if ckpt[bi] else 0)) if kind == "mlp" else (attn[bi] if kind == "attn" else 0)
             tk = (kid, g, code)
             hit = self.single.get(tk)
             if hit is None:
-                nk, d = self._stage(kid, g, code)
-                hit = self.single[tk] = (nk, np.array([d], dtype=np.int64))
-            kid, deltas = hit
-            L = update(L, deltas, pb.m, self.pm_sum)
-        return out, (int(L[0, T]), int(peaks(L)[0]))
+                hit = self.single[tk] = self._stage(kid, g, code)
+            kid = hit[0]
+            deltas.append(hit[1])
+        D = np.array(deltas, dtype=np.int64).reshape(len(deltas), 1, -1)
+        Ls = update_chain(L, D, int(pb.m), bool(self.pm_sum))
+        out = [(g, Ls[g:g + 1], k) for g, k in enumerate(kids)]
+        return out, (int(Ls[-1, T]), int(peaks(Ls[-1:])[0]))
 
     def frontier_bound(self, depth: int, *, pq_max: float = float("inf"), thr_q: float = float("inf"),
                        top_k: int = 1, max_labels: int = 20000) -> tuple[float, int]:

@@ -51,6 +51,18 @@ def update_rows(L, D, m, pm_sum):
 
 
 @compiled
+def update_chain(L0, D, m, pm_sum):
+    """One label through deltas D[0], D[1], ... in turn (D as (n, 1, NDELTA)): the labels before
+    each and after the last, (n + 1, NCOL)."""
+    n = D.shape[0]
+    C = np.empty((n + 1, L0.shape[1]), dtype=np.int64)
+    C[0] = L0[0]
+    for i in range(n):
+        _apply_row(C, i, D, i, 0, m, pm_sum, C, i + 1)
+    return C
+
+
+@compiled
 def expand(L, inv, D, NK, CODE, m, pm_sum):
     """Every label i through every taken entry j of its key's table (row inv[i]), in the order
     (i, j): (new labels, new key ids, parent rows i, codes, table columns j)."""

@@ -92,9 +92,7 @@ class MergedView:
             ds = ds.copy()
             ds[:, :, [O_V, O_Y, O_M1, O_M2]] = NEG     # forward, backward and checkpoint events
             ds[:, :, [D_Y, NEW_PM, G_A, P_A]] = 0      # live bytes, optimizer temporary, re-gathers
-            merged = self.merged_ids(nks.reshape(-1)).reshape(nks.shape)
-            for r, mid in enumerate(new):
-                a.add(int(mid), merged[r], ds[r])
+            a.add_rows(new, self.merged_ids(nks.reshape(-1)).reshape(nks.shape), ds)
         return a.gather(mids)
 
     def table(self, mid: int, g: int) -> Table:

@@ -35,7 +35,8 @@ def sweep_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, hi_byt
     deadline (time.perf_counter()): the whole sweep's; each call gets at most what is left, and
     the sweep stops there.
     total_time_limit_s (default DEFAULT_PARETO_TIME_LIMIT_S, None: none) bounds the whole sweep
-    from the call as well.
+    from the call as well. progress: called with one line per search() call, what it found within
+    its limit and whether the call proved it.
     Returns (result, proven): proven is False when some call stopped at time_limit_s or the deadline."""
     deadline = earlier_deadline(deadline, total_time_limit_s)
     t0 = time.perf_counter()
@@ -43,7 +44,7 @@ def sweep_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, hi_byt
     nodes, proven, least = 0, True, None
     cache: dict = {}
 
-    def one(limit: float):
+    def one(limit: float, label: str):
         nonlocal nodes, proven, least
         t = time_limit_s
         if deadline is not None:
@@ -52,6 +53,7 @@ def sweep_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, hi_byt
         r = search(spec, hw, limit, space, time_limit_s=t, cache=cache)
         evaluated.extend((e.peak_memory_bytes, e.samples_per_s) for e in r.evaluated)
         nodes += r.nodes
+        _report(progress, label, limit, r)
         if r.plan is None:
             proven &= r.status == "infeasible"
             if r.status == "infeasible" and r.min_peak_proven and math.isfinite(r.min_peak_memory_bytes):
@@ -62,21 +64,32 @@ def sweep_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace, hi_byt
         return r.prediction.peak_memory_bytes
 
     for lim in limits:
-        one(lim)
+        one(lim, "sweep (a marked limit)")
     limit, calls = hi_bytes, 0
     while True:
         if deadline is not None and time.perf_counter() > deadline:
             proven = False
             break
-        peak = one(limit)
         calls += 1
+        peak = one(limit, f"sweep {calls}")
         if peak is None:
             if least is not None and least < limit + resolution_bytes and \
                     not any(abs(p[0] - least) < 1.0 for p in pts):
-                one(least)
+                one(least, "sweep (the least peak)")
             break
-        if progress is not None:
-            progress(f"sweep {calls}: within {format_bytes(limit)}: {pts[-1][1]:.2f} samples/s "
-                     f"at {format_bytes(peak)}")
         limit = min(peak - 1.0, limit - resolution_bytes)
     return ParetoResult(non_dominated(pts), evaluated, time.perf_counter() - t0, nodes), proven
+
+
+def _report(progress, label: str, limit: float, r) -> None:
+    """One progress line per search() call: what it found within the limit and whether it is proven."""
+    if progress is None:
+        return
+    how = {"optimal": "proven", "infeasible": "proven",
+           "within_gap": f"proven within {100 * r.gap:.2f}%"}.get(r.status, "not proven: the time limit")
+    if r.plan is None:
+        progress(f"{label}: within {format_bytes(limit)}: no plan fits ({how})")
+        return
+    gap = f", gap {100 * r.gap:.2f}%" if r.status == "time_limit" else ""
+    progress(f"{label}: within {format_bytes(limit)}: {r.prediction.samples_per_s:.2f} samples/s "
+             f"at {format_bytes(r.prediction.peak_memory_bytes)} ({how}{gap})")

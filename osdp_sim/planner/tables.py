@@ -31,9 +31,12 @@ class TableArena:
     new_keys: np.ndarray = field(init=False)               # (rows, entries) key id each code leads to
     deltas: np.ndarray = field(init=False)                 # (rows, entries, NDELTA) stage deltas
     n: int = 0                                             # rows built
+    recipes: dict = field(default_factory=dict)            # Engine._recipe_of's key -> stagebatch.RowRecipe
 
     def __post_init__(self):
         self._code_rows = np.tile(self.codes, (16, 1))     # gather's codes, one row per key (read-only)
+        self.columns = np.arange(len(self.codes))           # every entry of a row
+        self.column_of = {int(c): e for e, c in enumerate(self.codes.tolist())}   # code -> its entry
         self.new_keys = np.zeros((16, len(self.codes)), dtype=np.int64)
         self.deltas = np.zeros((16, len(self.codes), NDELTA), dtype=np.int64)
 
@@ -44,15 +47,20 @@ class TableArena:
         self.row_of = grown(self.row_of, int(keys.max()) + 1, -1)
         return keys[self.row_of[keys] < 0]
 
-    def add(self, key_id: int, new_keys: list[int], deltas: list[tuple]) -> None:
-        r = self.n
-        self.new_keys = grown(self.new_keys, r + 1, 0)
-        self.deltas = grown(self.deltas, r + 1, 0)
-        self.new_keys[r] = new_keys
-        self.deltas[r] = deltas
-        self.row_of = grown(self.row_of, key_id + 1, -1)
-        self.row_of[key_id] = r
-        self.n = r + 1
+    def row(self, key_id: int) -> int:
+        """The row of key_id's table, -1 if not built."""
+        return int(self.row_of[key_id]) if key_id < len(self.row_of) else -1
+
+    def add_rows(self, key_ids: np.ndarray, new_keys: np.ndarray, deltas: np.ndarray) -> None:
+        """The rows of key_ids (not built yet, distinct): new keys (keys, entries), deltas (keys, entries, NDELTA)."""
+        r0, r1 = self.n, self.n + len(key_ids)
+        self.new_keys = grown(self.new_keys, r1, 0)
+        self.deltas = grown(self.deltas, r1, 0)
+        self.new_keys[r0:r1] = new_keys
+        self.deltas[r0:r1] = deltas
+        self.row_of = grown(self.row_of, int(key_ids.max()) + 1, -1)
+        self.row_of[key_ids] = np.arange(r0, r1)
+        self.n = r1
 
     def gather(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The built tables of keys as labelfold.expand's arrays: deltas (keys, entries, NDELTA),
