@@ -237,20 +237,21 @@ def _fold_tasks(tasks_f, tasks_i, items, s, dt0, y0, split, buf_a, nq, buf_b, ev
 
 
 @compiled
+def _scratch(cap):
+    """_fold_tasks's scratch for queues of up to cap rows: two queue buffers and the event rows."""
+    ne_max = 3 + 3 * cap + 1
+    return (np.empty((cap, QCOLS)), np.empty((cap, QCOLS)), np.empty(ne_max), np.empty(ne_max, dtype=np.int64),
+            np.empty(ne_max, dtype=np.int64), np.empty(ne_max))
+
+
+@compiled
 def run_tasks(queue, tasks_f, tasks_i, items, s, dt0, y0, split):
     """The compute tasks of a stage in order. dt0, y0: the stage's time and live-byte offset before
     them. Returns (time, live-byte offset after them, max of the events of tasks[:split], the
     offset after task split-1 and the max of the events of tasks[split:] (-inf where there are
     none, and the offset when split is the number of tasks), the queue left)."""
-    cap = queue.shape[0] + items.shape[0] + 1
-    buf_a = np.empty((cap, QCOLS))
+    buf_a, buf_b, ev_t, ev_o, ev_k, ev_d = _scratch(queue.shape[0] + items.shape[0] + 1)
     buf_a[:queue.shape[0]] = queue
-    buf_b = np.empty((cap, QCOLS))
-    ne_max = 3 + 3 * cap + 1
-    ev_t = np.empty(ne_max)
-    ev_o = np.empty(ne_max, dtype=np.int64)
-    ev_k = np.empty(ne_max, dtype=np.int64)
-    ev_d = np.empty(ne_max)
     dt, y, o_y, o_m1, o_m2, left, nq = _fold_tasks(tasks_f, tasks_i, items, s, dt0, y0, split, buf_a,
                                                    queue.shape[0], buf_b, ev_t, ev_o, ev_k, ev_d)
     return dt, y, o_y, o_m1, o_m2, left[:nq].copy()
@@ -298,13 +299,7 @@ def run_stages(queues, queue_begin, queue_end, job_key, job_plan, tasks_f, tasks
             cap_max = cap
     left = np.empty((total, QCOLS))
     deltas = np.empty((nj, 12), dtype=np.int64)
-    buf_a = np.empty((cap_max, QCOLS))
-    buf_b = np.empty((cap_max, QCOLS))
-    ne_max = 3 + 3 * cap_max + 1
-    ev_t = np.empty(ne_max)
-    ev_o = np.empty(ne_max, dtype=np.int64)
-    ev_k = np.empty(ne_max, dtype=np.int64)
-    ev_d = np.empty(ne_max)
+    buf_a, buf_b, ev_t, ev_o, ev_k, ev_d = _scratch(cap_max)
     for j in range(nj):
         p = job_plan[j]
         q0 = queue_begin[job_key[j]]
