@@ -39,7 +39,6 @@ class KeyStore:
 
     def __init__(self):
         self.keys: list = []                         # id -> key: a plain key tuple, CkMlpDone or DeferredMlp
-        self._marker_ids: dict = {}                  # CkMlpDone / DeferredMlp -> id
         self._done_ids: dict = {}                    # inner key id -> id of its CkMlpDone
         self._deferred_ids: dict = {}                # (inner key id, choice) -> id of its DeferredMlp
         self._plain_ids: dict = {}                   # (pending step number, queue rows' bytes) -> id
