@@ -121,8 +121,8 @@ def test_roomy_limit_on_a_small_model_is_fast(capsys):
     # to what fits (over a thousand here) and flattens, so the bound prunes near-equal ones slowly.
     # Splits 1 and 2: proven in about 4.5 s, 18 s with the baselines (2-core machine, 2026-12-03).
     # With every split the optimum moves to micro-batch 342 with 1/8 slices and the proof takes
-    # 34-37 s of a 45 s limit on the same machine: too close to its limit for a test, so that case
-    # is a benchmark (docs/benchmarks.md, "A roomy limit on a small model").
+    # 34-37 s of a 45 s limit on the same machine: too close to its limit for a test. That case is
+    # measured in docs/benchmarks.md ("third session: a roomy limit on a small model").
     rc, out, err, secs = run(["search", "--hw", "cpu-2core", "--model", "gpt2-tiny", "--mem-limit", "11GiB",
                               "--splits", "1,2", "--time-limit", "45"], capsys)
     assert rc == 0 and "status optimal" in out
