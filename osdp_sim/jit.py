@@ -13,10 +13,15 @@ import warnings
 from numba import njit
 
 
-def compiled(fn):
+def compiled(fn=None, *, inline: bool = False):
+    """njit with its code cached. inline: a small helper of a hot loop, inlined into each caller
+    (numba's inline="always") so that the caller's loop is compiled as one."""
+    if fn is None:
+        return lambda f: compiled(f, inline=inline)
+    opts = {"inline": "always"} if inline else {}
     try:
-        return njit(cache=True)(fn)
+        return njit(cache=True, **opts)(fn)
     except RuntimeError as e:                 # numba: "cannot cache function ...: no locator available"
         warnings.warn(f"osdp_sim: the search's compiled loops cannot be cached ({e}); they are compiled "
                       "again in every process (set NUMBA_CACHE_DIR to a writable directory)")
-        return njit(fn)
+        return njit(**opts)(fn)

@@ -275,22 +275,46 @@ class Engine:
         graph: a KeyGraph valid for this limit and the caller's threshold (graph_for) to tighten
         them with; a graph over merged keys (merged.py) is read at the labels' own merged ids CM
         (without them it is not used)."""
-        from osdp_sim.planner.labelbounds import label_bounds
-        bnd = self.bounds
         ukey, kinv = unique_inverse(CK)
         KC, KM = self._key_terms(g, ukey)                             # (keys, J), (keys,)
         use_graph = graph is not None and (graph.view is None or CM is not None)
-        if use_graph:           # both bounds are valid; the graph's is the tighter one almost everywhere
-            rows = graph.rows_of(g, CK if graph.view is None else CM)
+        # both bounds are valid; the graph's is the tighter one almost everywhere
+        rows = graph.rows_of(g, CK if graph.view is None else CM) if use_graph else _NO_ROWS
+        return self._label_bounds(g, C, kinv, KC, KM, pq_max, graph if use_graph else None, rows)
+
+    def _bound_args(self, pq_max: float, graph: KeyGraph | None, g: int):
+        """labelbounds.bound_one's arguments after the label's rows: the limit, the margins, and
+        the key graph's arrays at slot g (graph None: not read)."""
+        bnd = self.bounds
+        if graph is not None:
             H, Mg, lams = graph.H[g], graph.M[g], graph.lams
         else:
-            rows, H, Mg, lams = _NO_ROWS, _NO_H, _NO_M, _NO_M
-        # the undecided steps may add at most pq_max - U bytes (U' >= U + S_N)
+            H, Mg, lams = _NO_H, _NO_M, _NO_M
         finite = bool(np.isfinite(pq_max))
+        # the undecided steps may add at most pq_max - U bytes (U' >= U + S_N)
+        return (bnd.j_lam, float(pq_max) if finite else 0.0, finite, float(bnd.m_margin), float(bnd.t_margin),
+                np.asarray(H, dtype=np.float64), np.asarray(lams, dtype=np.float64), np.asarray(Mg, dtype=np.float64),
+                graph is not None)
+
+    def _label_bounds(self, g, C, kinv, KC, KM, pq_max, graph, rows, stop_at=float("inf")):
+        """lower_bounds at slot g given each label's row kinv of the key terms KC, KM and (graph
+        not None) its row `rows` of the graph; a time bound >= stop_at is only known to be that
+        (labelbounds.time_bound)."""
+        from osdp_sim.planner.labelbounds import label_bounds
+        j_lam, pq, finite, m_margin, t_margin, H, lams, Mg, use_graph = self._bound_args(pq_max, graph, g)
         return label_bounds(np.ascontiguousarray(C, dtype=np.int64), kinv.astype(np.int64), np.asarray(KC, dtype=np.float64),
-                            np.asarray(KM, dtype=np.float64), bnd.j_lam, float(pq_max) if finite else 0.0, finite,
-                            float(bnd.m_margin), float(bnd.t_margin), np.asarray(H, dtype=np.float64), rows.astype(np.int64),
-                            np.asarray(lams, dtype=np.float64), np.asarray(Mg, dtype=np.float64), use_graph)
+                            np.asarray(KM, dtype=np.float64), j_lam, pq, finite, m_margin, t_margin, H,
+                            rows.astype(np.int64), lams, Mg, use_graph, float(stop_at))
+
+    def _settle(self, g, C, CK, kinv, KC, KM, pq_max, graph, rows, thr_q, memory_only, top_k):
+        """labelsettle.settle of a decision's new labels C at slot g (kinv, rows: each label's
+        row of the key terms and of the graph, read when graph is not None)."""
+        from osdp_sim.planner.labelsettle import settle
+        j_lam, pq, finite, m_margin, t_margin, H, lams, Mg, use_graph = self._bound_args(pq_max, graph, g)
+        return settle(np.ascontiguousarray(C, dtype=np.int64), CK.astype(np.int64), kinv.astype(np.int64),
+                      rows.astype(np.int64), np.asarray(KC, dtype=np.float64), np.asarray(KM, dtype=np.float64),
+                      j_lam, pq, finite, m_margin, t_margin, H, lams, Mg, use_graph, float(thr_q),
+                      bool(memory_only), int(top_k))
 
     def _key_terms(self, g: int, ukey: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bounds.key_terms of the distinct ascending key ids ukey at slot g, each (slot, key)
@@ -435,21 +459,46 @@ class Engine:
         # (the bound is nondecreasing in t and u).
         tmin, umin = _least_per_key(L, inv, len(uk))
         g2 = g + 1
-        if g2 < len(self.positions) and (np.isfinite(thr_q) or np.isfinite(pq_max)):
+        last = g2 == len(self.positions)
+        if not last:
+            # the key terms of the distinct keys the taken entries lead to, once for the entries
+            # and their labels (ekeys[einv]: entry i's key)
             rows, cols = np.nonzero(NK >= 0)
-            best = np.zeros((len(rows), NCOL), dtype=np.int64)
-            best[:, T] = tmin[rows] + m * D[rows, cols, DT] + D[rows, cols, OPT]
-            best[:, U] = umin[rows] + D[rows, cols, S_N]
-            # (a merged graph bounds labels by their own merged ids: not per key)
-            lb, mem_lb = self.lower_bounds(g2, best, NK[rows, cols], pq_max, graph if view is None else None)
-            bad = (lb >= thr_q) | (mem_lb > pq_max)
-            NK[rows[bad], cols[bad]] = -1
+            ekeys, einv = unique_inverse(NK[rows, cols])
+            KC, KM = self._key_terms(g2, ekeys)
+            real_graph = graph is not None and view is None
+            krows = graph.rows_of(g2, ekeys) if real_graph else _NO_ROWS
+            if np.isfinite(thr_q) or np.isfinite(pq_max):
+                best = np.zeros((len(rows), NCOL), dtype=np.int64)
+                best[:, T] = tmin[rows] + m * D[rows, cols, DT] + D[rows, cols, OPT]
+                best[:, U] = umin[rows] + D[rows, cols, S_N]
+                # (a merged graph bounds labels by their own merged ids: not per key)
+                lb, mem_lb = self._label_bounds(g2, best, einv, KC, KM, pq_max, graph if real_graph else None,
+                                                krows[einv] if real_graph else _NO_ROWS, stop_at=thr_q)
+                bad = (lb >= thr_q) | (mem_lb > pq_max)
+                NK[rows[bad], cols[bad]] = -1
+            entry_key = np.full(NK.shape, -1, dtype=np.int64)
+            entry_key[rows, cols] = einv
         if deadline is not None and time.perf_counter() > deadline:
             raise _Timeout
         C, CK, CP, CC, col = expand(L, inv, D, NK, CODE, m, self.pm_sum)
         CM = view.advance(g, M[CP], col) if view is not None else CK
         stats.nodes += len(C)
-        if g2 < len(self.positions) and len(C):
+        if not last and len(C) and thr_fn is None and len(C) <= PARETO_CHUNK_ROWS:
+            # bounds, pruning, sort and dominance in one compiled call (labelsettle.py): the steps
+            # below give the same labels in the same order
+            kinv = entry_key[inv[CP], col]
+            lrows = krows[kinv] if real_graph else (graph.rows_of(g2, CM) if graph is not None else _NO_ROWS)
+            sel, LB, n_memory, n_bound, n_dominated = self._settle(g2, C, CK, kinv, KC, KM, pq_max, graph, lrows,
+                                                                    thr_q, memory_only, top_k)
+            stats.pruned_memory += n_memory
+            stats.pruned_bound += n_bound
+            stats.dominated += n_dominated
+            C, CK, CP, CC, CM = C[sel], CK[sel], CP[sel], CC[sel], CM[sel]
+            if memory_only:
+                C[:, T] = 0
+            return self._beam(C, CK, CP, CC, CM, LB, beam, stats)
+        if not last and len(C):
             lb, mem_lb = self.lower_bounds(g2, C, CK, pq_max, graph, CM)
             ok_mem = mem_lb <= pq_max
             ok_t = lb < (thr_fn(mem_lb) if thr_fn is not None else thr_q)
@@ -476,6 +525,11 @@ class Engine:
         keepmask = pareto_by_key(C, CK, top_k, deadline)      # dominance: real futures, real keys
         stats.dominated += int(len(C) - np.count_nonzero(keepmask))
         C, CK, CP, CC, LB, CM = C[keepmask], CK[keepmask], CP[keepmask], CC[keepmask], LB[keepmask], CM[keepmask]
+        return self._beam(C, CK, CP, CC, CM, LB, beam, stats)
+
+    @staticmethod
+    def _beam(C, CK, CP, CC, CM, LB, beam, stats):
+        """The labels a decision keeps: with a beam only that many, least bound LB first."""
         if beam is not None and len(C) > beam:
             best = np.sort(np.argsort(LB, kind="stable")[:beam])
             C, CK, CP, CC, CM = C[best], CK[best], CP[best], CC[best], CM[best]

@@ -1,0 +1,140 @@
+"""The new labels of one decision settled in one compiled call (osdp_sim/jit.py): their bounds,
+the pruning by them, the sort by (key, columns) and the dominance within each key, as
+dp.Engine._expand's separate steps (Engine.lower_bounds, labels.sort_by_key, dp.pareto_by_key)
+compute them, without a numpy temporary per step.
+
+It calls labelbounds.memory_bound, labelbounds.time_bound and dominance.pareto_segments, whose machine code numba copies
+into this module's cache, which is keyed on this file only: after changing either, touch this
+file (tests/test_search_labelsettle.py checks the call against the separate steps)."""
+
+import numpy as np
+
+from osdp_sim.jit import compiled
+from osdp_sim.planner.dominance import pareto_segments
+from osdp_sim.planner.labelbounds import memory_bound, time_bound
+from osdp_sim.planner.labels import T
+
+
+@compiled(inline=True)
+def _before(C, CK, a, b, first_col):
+    """Label a sorts strictly before label b: by key, then columns first_col.. in order."""
+    if CK[a] != CK[b]:
+        return CK[a] < CK[b]
+    for col in range(first_col, C.shape[1]):
+        if C[a, col] != C[b, col]:
+            return C[a, col] < C[b, col]
+    return False
+
+
+@compiled
+def _stable_sort(C, CK, idx, first_col):
+    """idx (label rows) in the stable order of (key, columns first_col..): a bottom-up merge sort."""
+    n = idx.shape[0]
+    src = idx.copy()
+    dst = np.empty_like(src)
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i, j, o = lo, mid, lo
+            while i < mid and j < hi:
+                if _before(C, CK, src[j], src[i], first_col):
+                    dst[o] = src[j]
+                    j += 1
+                else:
+                    dst[o] = src[i]
+                    i += 1
+                o += 1
+            while i < mid:
+                dst[o] = src[i]
+                i += 1
+                o += 1
+            while j < hi:
+                dst[o] = src[j]
+                j += 1
+                o += 1
+        src, dst = dst, src
+        width *= 2
+    return src
+
+
+@compiled
+def sort_rows(C, CK, idx, first_col):
+    """idx (label rows) in the stable order of (key, columns first_col..): labels.sort_by_key's two
+    passes, by key and (first_col 0) time with numpy's stable argsort, then the runs they leave
+    tied by the other columns."""
+    n = idx.shape[0]
+    if first_col == 0:
+        by_t = np.argsort(C[idx, 0], kind="mergesort")
+        order = idx[by_t]
+    else:
+        order = idx.copy()
+    order = order[np.argsort(CK[order], kind="mergesort")]
+    lo = 0
+    while lo < n:
+        hi = lo + 1
+        while hi < n and CK[order[hi]] == CK[order[lo]] and (first_col > 0 or C[order[hi], 0] == C[order[lo], 0]):
+            hi += 1
+        if hi - lo > 1:
+            order[lo:hi] = _stable_sort(C, CK, order[lo:hi], first_col + 1 if first_col == 0 else first_col)
+        lo = hi
+    return order
+
+
+@compiled
+def settle(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin, H, lams, Mg, use_graph,
+           thr_q, memory_only, top_k):
+    """Labels C (keys CK; kinv[i] the row of KC and KM of label i's key, rows[i] its row of the
+    key graph, read with use_graph) that survive: memory bound <= pq_max (with a finite limit),
+    time bound < thr_q,
+    and dominated (dp.pareto_by_key) by fewer than top_k kept labels of their key. Returns (their
+    rows in the order of (key, columns; T left out under memory_only), stable; the bound the beam
+    ranks them by: memory under memory_only, else time; labels pruned by memory; by time;
+    dominated)."""
+    n = C.shape[0]
+    live = np.empty(n, dtype=np.int64)
+    rank = np.empty(n)
+    pruned_memory = pruned_bound = 0
+    nlive = 0
+    for i in range(n):
+        k, r = kinv[i], (rows[i] if use_graph else 0)
+        mem = memory_bound(C, i, k, r, KM, Mg, m_margin, use_graph)
+        if finite and not mem <= pq_max:
+            pruned_memory += 1
+            continue
+        lb = time_bound(C, i, k, r, KC, j_lam, pq_max, finite, m_margin, t_margin, H, lams, use_graph, thr_q)
+        if not lb < thr_q:
+            pruned_bound += 1
+            continue
+        live[nlive] = i
+        rank[i] = mem if memory_only else lb
+        nlive += 1
+    order = sort_rows(C, CK, live[:nlive], T + 1 if memory_only else T)
+    Cs = np.empty((nlive, C.shape[1]), dtype=np.int64)
+    nseg = 0
+    starts = np.empty(nlive, dtype=np.int64)
+    for o in range(nlive):
+        Cs[o] = C[order[o]]
+        if o == 0 or CK[order[o]] != CK[order[o - 1]]:
+            starts[nseg] = o
+            nseg += 1
+    ends = np.empty(nseg, dtype=np.int64)
+    for s in range(nseg):
+        ends[s] = starts[s + 1] if s + 1 < nseg else nlive
+    keep = np.ones(nlive, dtype=np.bool_)
+    if nlive > 1:
+        pareto_segments(Cs, starts[:nseg], ends, top_k, keep)
+    nkeep = 0
+    for o in range(nlive):
+        if keep[o]:
+            nkeep += 1
+    out = np.empty(nkeep, dtype=np.int64)
+    out_rank = np.empty(nkeep)
+    o2 = 0
+    for o in range(nlive):
+        if keep[o]:
+            out[o2] = order[o]
+            out_rank[o2] = rank[order[o]]
+            o2 += 1
+    return out, out_rank, pruned_memory, pruned_bound, nlive - nkeep
