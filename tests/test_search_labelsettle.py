@@ -137,3 +137,30 @@ def test_the_instances_exercise_every_outcome():
                                                   Mg, True, 50.0, False, 1)
         totals += [n_mem, n_time, n_dom, len(sel)]
     assert np.all(totals > 0), totals
+
+
+def test_a_search_with_the_dominance_in_chunks_returns_the_same(monkeypatch):
+    """Past dp.PARETO_CHUNK_ROWS labels a decision prunes and sorts in one call and filters
+    dominance in chunks of keys (deadline checks between them); with the limit at 3 labels every
+    decision takes that path, and the search returns the same plan, prediction and node count."""
+    from osdp_sim.hardware.load import load_profile
+    from osdp_sim.model.families import BUILTIN
+    from osdp_sim.model.spec import build_spec
+    from osdp_sim.planner import dp
+    from osdp_sim.planner.bnb import search
+    from osdp_sim.planner.space import SearchSpace
+
+    spec, hw = build_spec(BUILTIN["gpt2-124m"]), load_profile("titan8")
+
+    def run():
+        r = search(spec, hw, 2 * 2**30, SearchSpace(splits=(1, 2)), time_limit_s=60, top_k=2)
+        return r.status, r.nodes, r.plan, r.prediction.samples_per_s, [t.plan for t in r.top]
+
+    whole = run()
+    calls = []
+    real = dp.pareto_by_key
+    monkeypatch.setattr(dp, "PARETO_CHUNK_ROWS", 3)
+    monkeypatch.setattr(dp, "pareto_by_key", lambda *a, **k: calls.append(len(a[0])) or real(*a, **k))
+    chunked = run()
+    assert whole[0] == "optimal" and chunked == whole
+    assert sum(n > 3 for n in calls) > 10                 # the chunked path ran, on many decisions

@@ -306,15 +306,22 @@ class Engine:
                             np.asarray(KM, dtype=np.float64), j_lam, pq, finite, m_margin, t_margin, H,
                             rows.astype(np.int64), lams, Mg, use_graph, float(stop_at))
 
-    def _settle(self, g, C, CK, kinv, KC, KM, pq_max, graph, rows, thr_q, memory_only, top_k):
+    def _settle(self, g, C, CK, kinv, KC, KM, pq_max, graph, rows, thr_q, memory_only, top_k, deadline):
         """labelsettle.settle of a decision's new labels C at slot g (kinv, rows: each label's
-        row of the key terms and of the graph, read when graph is not None)."""
-        from osdp_sim.planner.labelsettle import settle
-        j_lam, pq, finite, m_margin, t_margin, H, lams, Mg, use_graph = self._bound_args(pq_max, graph, g)
-        return settle(np.ascontiguousarray(C, dtype=np.int64), CK.astype(np.int64), kinv.astype(np.int64),
-                      rows.astype(np.int64), np.asarray(KC, dtype=np.float64), np.asarray(KM, dtype=np.float64),
-                      j_lam, pq, finite, m_margin, t_margin, H, lams, Mg, use_graph, float(thr_q),
-                      bool(memory_only), int(top_k))
+        row of the key terms and of the graph, read when graph is not None): (rows kept, their
+        beam ranks, pruned by memory, by time, dominated). Past PARETO_CHUNK_ROWS labels the
+        dominance runs in chunks of keys (pareto_by_key), the deadline checked between them."""
+        from osdp_sim.planner.labelsettle import prune_sort, settle
+        args = (np.ascontiguousarray(C, dtype=np.int64), CK.astype(np.int64), kinv.astype(np.int64),
+                rows.astype(np.int64), np.asarray(KC, dtype=np.float64), np.asarray(KM, dtype=np.float64),
+                *self._bound_args(pq_max, graph, g), float(thr_q), bool(memory_only))
+        if len(C) <= PARETO_CHUNK_ROWS:
+            return settle(*args, int(top_k))
+        order, rank, n_memory, n_bound = prune_sort(*args)
+        if deadline is not None and time.perf_counter() > deadline:
+            raise _Timeout
+        keep = pareto_by_key(C[order], CK[order], top_k, deadline)
+        return order[keep], rank[keep], n_memory, n_bound, int(len(order) - np.count_nonzero(keep))
 
     def _key_terms(self, g: int, ukey: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bounds.key_terms of the distinct ascending key ids ukey at slot g, each (slot, key)
@@ -484,13 +491,13 @@ class Engine:
         C, CK, CP, CC, col = expand(L, inv, D, NK, CODE, m, self.pm_sum)
         CM = view.advance(g, M[CP], col) if view is not None else CK
         stats.nodes += len(C)
-        if not last and len(C) and thr_fn is None and len(C) <= PARETO_CHUNK_ROWS:
-            # bounds, pruning, sort and dominance in one compiled call (labelsettle.py): the steps
+        if not last and len(C) and thr_fn is None:
+            # bounds, pruning, sort and dominance in compiled code (labelsettle.py): the steps
             # below give the same labels in the same order
             kinv = entry_key[inv[CP], col]
             lrows = krows[kinv] if real_graph else (graph.rows_of(g2, CM) if graph is not None else _NO_ROWS)
             sel, LB, n_memory, n_bound, n_dominated = self._settle(g2, C, CK, kinv, KC, KM, pq_max, graph, lrows,
-                                                                    thr_q, memory_only, top_k)
+                                                                    thr_q, memory_only, top_k, deadline)
             stats.pruned_memory += n_memory
             stats.pruned_bound += n_bound
             stats.dominated += n_dominated

@@ -83,15 +83,13 @@ def sort_rows(C, CK, idx, first_col):
 
 
 @compiled
-def settle(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin, H, lams, Mg, use_graph,
-           thr_q, memory_only, top_k):
+def prune_sort(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin, H, lams, Mg, use_graph,
+               thr_q, memory_only):
     """Labels C (keys CK; kinv[i] the row of KC and KM of label i's key, rows[i] its row of the
-    key graph, read with use_graph) that survive: memory bound <= pq_max (with a finite limit),
-    time bound < thr_q,
-    and dominated (dp.pareto_by_key) by fewer than top_k kept labels of their key. Returns (their
-    rows in the order of (key, columns; T left out under memory_only), stable; the bound the beam
-    ranks them by: memory under memory_only, else time; labels pruned by memory; by time;
-    dominated)."""
+    key graph, read with use_graph) whose memory bound is <= pq_max (with a finite limit) and
+    whose time bound is < thr_q. Returns (their rows in the stable order of (key, columns; T left
+    out under memory_only); the bound the beam ranks each by: memory under memory_only, else time;
+    labels pruned by memory; labels pruned by time)."""
     n = C.shape[0]
     live = np.empty(n, dtype=np.int64)
     rank = np.empty(n)
@@ -111,6 +109,19 @@ def settle(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin,
         rank[i] = mem if memory_only else lb
         nlive += 1
     order = sort_rows(C, CK, live[:nlive], T + 1 if memory_only else T)
+    return order, rank[order], pruned_memory, pruned_bound
+
+
+@compiled
+def settle(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin, H, lams, Mg, use_graph,
+           thr_q, memory_only, top_k):
+    """prune_sort, then the labels dominated (dp.pareto_by_key) by top_k or more kept labels of
+    their key dropped: (rows kept, in prune_sort's order; their beam ranks; labels pruned by
+    memory; by time; dominated)."""
+    order, rank, pruned_memory, pruned_bound = prune_sort(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite,
+                                                          m_margin, t_margin, H, lams, Mg, use_graph, thr_q,
+                                                          memory_only)
+    nlive = order.shape[0]
     Cs = np.empty((nlive, C.shape[1]), dtype=np.int64)
     nseg = 0
     starts = np.empty(nlive, dtype=np.int64)
@@ -135,6 +146,6 @@ def settle(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin,
     for o in range(nlive):
         if keep[o]:
             out[o2] = order[o]
-            out_rank[o2] = rank[order[o]]
+            out_rank[o2] = rank[o]
             o2 += 1
     return out, out_rank, pruned_memory, pruned_bound, nlive - nkeep
