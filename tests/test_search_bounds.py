@@ -314,3 +314,25 @@ def test_table_rows_from_one_compiled_call_are_each_entrys_own_stage(seed):
                 assert _key_value(eng.store, int(NK[r, e])) == _key_value(alone.store, nk)
                 entries += 1
     assert entries > 20
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_path_stages_cached_by_slot_class_are_those_of_a_fresh_engine(seed):
+    """Engine.path caches a stage by (key, slot class, code): walking plans one after another on one
+    engine (later walks read stages cached at other slots of the same class) gives, label by
+    label, what each plan gives on an engine of its own."""
+    rng = random.Random(700 + seed)
+    spec = build_spec(with_overrides(BUILTIN["gpt2-1.5b"], n_layers=6))
+    hw = load_profile("titan8")
+    pb = build_problem(spec, hw, Config(8, 2, 1, 8, "bf16", "adamw", "zero3"), CHOICES, (False, True))
+    nb, nch = len(pb.blocks), len(CHOICES)
+    shared = Engine(pb)
+    plans = [([i] * nb, [i] * nb, [ck] * nb) for i in range(nch) for ck in (False, True)]
+    plans += [([rng.randrange(nch) for _ in range(nb)], [rng.randrange(nch) for _ in range(nb)],
+               [rng.random() < 0.5 for _ in range(nb)]) for _ in range(6)]
+    for attn, mlp, ck in plans:
+        got, got_end = shared.path(attn, mlp, ck)
+        want, want_end = Engine(pb).path(attn, mlp, ck)
+        assert got_end == want_end
+        assert all(g == w_g and np.array_equal(lab, w_lab) for (g, lab, _k), (w_g, w_lab, _wk) in zip(got, want))
+    assert len(shared.single) < len(plans) * len(shared.positions)     # stages were shared across slots

@@ -98,7 +98,7 @@ class Engine:
         self.bounds = Bounds(pb, self.positions)
         self.arenas = self.store.arenas             # slot class -> TableArena (tables.py), shared
         self._key_terms_at: dict = {}               # slot -> (key ids ascending, their key_terms)
-        self.single: dict = {}
+        self.single: dict = {}                      # (key id, slot class, code) -> path()'s stage: (new key id, deltas)
         self._sids = [[self.store.steps_id(o.steps) for o in opts] for opts in pb.shapes]
         self._sid_embed = self.store.steps_id((pb.root.embed,))
         self.stage_sims = 0                         # stages folded: table entries with a stage, single stages
@@ -399,7 +399,7 @@ class Engine:
         for g, (kind, bi) in enumerate(self.positions):
             kids.append(kid)
             code = (mlp[bi] + (nch if ckpt[bi] else 0)) if kind == "mlp" else (attn[bi] if kind == "attn" else 0)
-            tk = (kid, g, code)
+            tk = (kid, self._slot_classes[g], code)     # a stage depends on the slot's class, not its place
             hit = self.single.get(tk)
             if hit is None:
                 hit = self.single[tk] = self._stage(kid, g, code)
