@@ -302,9 +302,9 @@ class Engine:
         (labelbounds.time_bound)."""
         from osdp_sim.planner.labelbounds import label_bounds
         j_lam, pq, finite, m_margin, t_margin, H, lams, Mg, use_graph = self._bound_args(pq_max, graph, g)
-        return label_bounds(np.ascontiguousarray(C, dtype=np.int64), kinv.astype(np.int64), np.asarray(KC, dtype=np.float64),
+        return label_bounds(np.ascontiguousarray(C, dtype=np.int64), _int64(kinv), np.asarray(KC, dtype=np.float64),
                             np.asarray(KM, dtype=np.float64), j_lam, pq, finite, m_margin, t_margin, H,
-                            rows.astype(np.int64), lams, Mg, use_graph, float(stop_at))
+                            _int64(rows), lams, Mg, use_graph, float(stop_at))
 
     def _settle(self, g, C, CK, kinv, KC, KM, pq_max, graph, rows, thr_q, memory_only, top_k, deadline):
         """labelsettle.settle of a decision's new labels C at slot g (kinv, rows: each label's
@@ -312,8 +312,8 @@ class Engine:
         beam ranks, pruned by memory, by time, dominated). Past PARETO_CHUNK_ROWS labels the
         dominance runs in chunks of keys (pareto_by_key), the deadline checked between them."""
         from osdp_sim.planner.labelsettle import prune_sort, settle
-        args = (np.ascontiguousarray(C, dtype=np.int64), CK.astype(np.int64), kinv.astype(np.int64),
-                rows.astype(np.int64), np.asarray(KC, dtype=np.float64), np.asarray(KM, dtype=np.float64),
+        args = (np.ascontiguousarray(C, dtype=np.int64), _int64(CK), _int64(kinv), _int64(rows),
+                np.asarray(KC, dtype=np.float64), np.asarray(KM, dtype=np.float64),
                 *self._bound_args(pq_max, graph, g), float(thr_q), bool(memory_only))
         if len(C) <= PARETO_CHUNK_ROWS:
             return settle(*args, int(top_k))
@@ -542,6 +542,11 @@ class Engine:
             C, CK, CP, CC, CM = C[best], CK[best], CP[best], CC[best], CM[best]
         stats.kept += len(C)
         return C, CK, CP, CC, CM
+
+
+def _int64(a: np.ndarray) -> np.ndarray:
+    """a as int64, copied only if it is not."""
+    return a.astype(np.int64, copy=False)
 
 
 def _least_per_key(L: np.ndarray, inv: np.ndarray, nkeys: int) -> tuple[np.ndarray, np.ndarray]:

@@ -15,11 +15,12 @@ from osdp_sim.planner.labelbounds import memory_bound, time_bound
 from osdp_sim.planner.labels import T
 
 
+INSERTION_MAX = 24               # runs up to this long are sorted by insertion, longer ones merged
+
+
 @compiled(inline=True)
-def _before(C, CK, a, b, first_col):
-    """Label a sorts strictly before label b: by key, then columns first_col.. in order."""
-    if CK[a] != CK[b]:
-        return CK[a] < CK[b]
+def _before(C, a, b, first_col):
+    """Label a sorts strictly before label b of the same key: by columns first_col.. in order."""
     for col in range(first_col, C.shape[1]):
         if C[a, col] != C[b, col]:
             return C[a, col] < C[b, col]
@@ -27,19 +28,28 @@ def _before(C, CK, a, b, first_col):
 
 
 @compiled
-def _stable_sort(C, CK, idx, first_col):
-    """idx (label rows) in the stable order of (key, columns first_col..): a bottom-up merge sort."""
-    n = idx.shape[0]
-    src = idx.copy()
-    dst = np.empty_like(src)
+def _sort_run(C, order, lo, hi, first_col, buf):
+    """order[lo:hi] (label rows of one key) in place, in the stable order of columns first_col..:
+    insertion for short runs, else a bottom-up merge sort through buf."""
+    if hi - lo <= INSERTION_MAX:
+        for i in range(lo + 1, hi):
+            x = order[i]
+            j = i - 1
+            while j >= lo and _before(C, x, order[j], first_col):
+                order[j + 1] = order[j]
+                j -= 1
+            order[j + 1] = x
+        return
+    src, dst = order, buf
+    in_buf = False                       # whether the sorted run lies in buf
     width = 1
-    while width < n:
-        for lo in range(0, n, 2 * width):
-            mid = min(lo + width, n)
-            hi = min(lo + 2 * width, n)
-            i, j, o = lo, mid, lo
-            while i < mid and j < hi:
-                if _before(C, CK, src[j], src[i], first_col):
+    while width < hi - lo:
+        for s0 in range(lo, hi, 2 * width):
+            mid = min(s0 + width, hi)
+            end = min(s0 + 2 * width, hi)
+            i, j, o = s0, mid, s0
+            while i < mid and j < end:
+                if _before(C, src[j], src[i], first_col):
                     dst[o] = src[j]
                     j += 1
                 else:
@@ -50,35 +60,38 @@ def _stable_sort(C, CK, idx, first_col):
                 dst[o] = src[i]
                 i += 1
                 o += 1
-            while j < hi:
+            while j < end:
                 dst[o] = src[j]
                 j += 1
                 o += 1
         src, dst = dst, src
+        in_buf = not in_buf
         width *= 2
-    return src
+    if in_buf:
+        order[lo:hi] = buf[lo:hi]
 
 
 @compiled
-def sort_rows(C, CK, idx, first_col):
-    """idx (label rows) in the stable order of (key, columns first_col..): labels.sort_by_key's two
-    passes, by key and (first_col 0) time with numpy's stable argsort, then the runs they leave
-    tied by the other columns."""
+def sort_rows(C, krank, nkeys, idx, first_col):
+    """idx (label rows) in the stable order of (key, columns first_col..), given each label's key
+    as its rank krank among the nkeys keys (ascending key ids): a counting sort by key, then each
+    key's run by the columns."""
     n = idx.shape[0]
-    if first_col == 0:
-        by_t = np.argsort(C[idx, 0], kind="mergesort")
-        order = idx[by_t]
-    else:
-        order = idx.copy()
-    order = order[np.argsort(CK[order], kind="mergesort")]
-    lo = 0
-    while lo < n:
-        hi = lo + 1
-        while hi < n and CK[order[hi]] == CK[order[lo]] and (first_col > 0 or C[order[hi], 0] == C[order[lo], 0]):
-            hi += 1
-        if hi - lo > 1:
-            order[lo:hi] = _stable_sort(C, CK, order[lo:hi], first_col + 1 if first_col == 0 else first_col)
-        lo = hi
+    start = np.zeros(nkeys + 1, dtype=np.int64)
+    for i in idx:
+        start[krank[i] + 1] += 1
+    for k in range(nkeys):
+        start[k + 1] += start[k]
+    fill = start[:nkeys].copy()
+    order = np.empty(n, dtype=np.int64)
+    for i in idx:
+        k = krank[i]
+        order[fill[k]] = i
+        fill[k] += 1
+    buf = np.empty(n, dtype=np.int64)
+    for k in range(nkeys):
+        if start[k + 1] - start[k] > 1:
+            _sort_run(C, order, start[k], start[k + 1], first_col, buf)
     return order
 
 
@@ -108,7 +121,7 @@ def prune_sort(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_mar
         live[nlive] = i
         rank[i] = mem if memory_only else lb
         nlive += 1
-    order = sort_rows(C, CK, live[:nlive], T + 1 if memory_only else T)
+    order = sort_rows(C, kinv, KM.shape[0], live[:nlive], T + 1 if memory_only else T)
     return order, rank[order], pruned_memory, pruned_bound
 
 
