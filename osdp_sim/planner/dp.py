@@ -283,8 +283,9 @@ class Engine:
         return self._label_bounds(g, C, kinv, KC, KM, pq_max, graph if use_graph else None, rows)
 
     def _bound_args(self, pq_max: float, graph: KeyGraph | None, g: int):
-        """labelbounds.bound_one's arguments after the label's rows: the limit, the margins, and
-        the key graph's arrays at slot g (graph None: not read)."""
+        """The arguments of labelbounds.label_bounds and labelsettle.settle after the labels and
+        their rows: the lambdas, the limit, the margins and the key graph's arrays at slot g (graph
+        None: not read)."""
         bnd = self.bounds
         if graph is not None:
             H, Mg, lams = graph.H[g], graph.M[g], graph.lams
