@@ -1,13 +1,13 @@
 """The compiled settling of a decision's labels (planner/labelsettle.py) against the separate
 steps it replaces in dp.Engine._expand: the bounds (planner/labelbounds.py, checked here against
-their definition in numpy), the pruning, labels.sort_by_key and dp.pareto_by_key."""
+their definition in numpy), the pruning, the sort (np.lexsort) and dp.pareto_by_key."""
 
 import numpy as np
 import pytest
 
 from osdp_sim.planner.dp import pareto_by_key
 from osdp_sim.planner.labelbounds import label_bounds
-from osdp_sim.planner.labels import NCOL, T, U, sort_by_key
+from osdp_sim.planner.labels import NCOL, T, U
 from osdp_sim.planner.labelsettle import settle, sort_rows
 
 J, LAMS = 6, 5
@@ -103,7 +103,7 @@ def _separate_steps(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, H, lams, M
     Cl, CKl = C[live].copy(), CK[live]
     if memory_only:
         Cl[:, T] = 0
-    order = sort_by_key(Cl, CKl)
+    order = np.lexsort(tuple(Cl[:, c] for c in range(NCOL - 1, -1, -1)) + (CKl,))     # stable
     keep = pareto_by_key(Cl[order], CKl[order], top_k)
     return (live[order][keep], rank[order][keep], int(np.count_nonzero(~ok_mem)),
             int(np.count_nonzero(ok_mem & ~ok_t)), int(len(live) - np.count_nonzero(keep)))

@@ -1,11 +1,12 @@
 """The new labels of one decision settled in one compiled call (osdp_sim/jit.py): their bounds,
 the pruning by them, the sort by (key, columns) and the dominance within each key, as
-dp.Engine._expand's separate steps (Engine.lower_bounds, labels.sort_by_key, dp.pareto_by_key)
-compute them, without a numpy temporary per step.
+dp.Engine._expand's separate steps (Engine.lower_bounds, the sort, dp.pareto_by_key) compute
+them, without a numpy temporary per step.
 
-It calls labelbounds.memory_bound, labelbounds.time_bound and dominance.pareto_segments, whose machine code numba copies
-into this module's cache, which is keyed on this file only: after changing either, touch this
-file (tests/test_search_labelsettle.py checks the call against the separate steps)."""
+It calls labelbounds.memory_bound, labelbounds.time_bound and dominance.pareto_segments, whose
+machine code numba copies into this module's cache, which is keyed on this file only: after
+changing either, touch this file (tests/test_search_labelsettle.py checks the call against the
+separate steps)."""
 
 import numpy as np
 
