@@ -330,9 +330,14 @@ def test_path_stages_cached_by_slot_class_are_those_of_a_fresh_engine(seed):
     plans = [([i] * nb, [i] * nb, [ck] * nb) for i in range(nch) for ck in (False, True)]
     plans += [([rng.randrange(nch) for _ in range(nb)], [rng.randrange(nch) for _ in range(nb)],
                [rng.random() < 0.5 for _ in range(nb)]) for _ in range(6)]
+    by_slot = set()                                      # the stages a cache keyed by slot would hold
     for attn, mlp, ck in plans:
         got, got_end = shared.path(attn, mlp, ck)
         want, want_end = Engine(pb).path(attn, mlp, ck)
         assert got_end == want_end
         assert all(g == w_g and np.array_equal(lab, w_lab) for (g, lab, _k), (w_g, w_lab, _wk) in zip(got, want))
-    assert len(shared.single) < len(plans) * len(shared.positions)     # stages were shared across slots
+        for g, _lab, kid in got:
+            kind, bi = shared.positions[g]
+            code = (mlp[bi] + (nch if ck[bi] else 0)) if kind == "mlp" else (attn[bi] if kind == "attn" else 0)
+            by_slot.add((kid, g, code))
+    assert len(shared.single) < len(by_slot)            # stages were shared across slots of one class

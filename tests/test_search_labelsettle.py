@@ -121,7 +121,7 @@ def test_settle_keeps_what_the_separate_steps_keep(seed, use_graph, memory_only,
     finite = bool(seed % 3)
     pq_max = float(rng.uniform(40, 90)) if finite else np.inf
     thr_q = float(rng.uniform(20, 80)) if seed % 4 else np.inf
-    got = settle(C, CK, kinv, rows, KC, KM, j_lam, pq_max if finite else 0.0, finite, 0.5, 0.25, H, lams, Mg,
+    got = settle(C, kinv, rows, KC, KM, j_lam, pq_max if finite else 0.0, finite, 0.5, 0.25, H, lams, Mg,
                  use_graph, thr_q, memory_only, top_k)
     want = _separate_steps(C, CK, kinv, rows, KC, KM, j_lam, pq_max if finite else 0.0, finite, H, lams, Mg,
                            use_graph, thr_q, memory_only, top_k)
@@ -136,7 +136,7 @@ def test_the_instances_exercise_every_outcome():
     totals = np.zeros(4, dtype=np.int64)
     for seed in range(12):
         C, CK, kinv, KC, KM, j_lam, H, Mg, lams, rows = _instance(300 + seed, True)
-        sel, _rank, n_mem, n_time, n_dom = settle(C, CK, kinv, rows, KC, KM, j_lam, 60.0, True, 0.5, 0.25, H, lams,
+        sel, _rank, n_mem, n_time, n_dom = settle(C, kinv, rows, KC, KM, j_lam, 60.0, True, 0.5, 0.25, H, lams,
                                                   Mg, True, 50.0, False, 1)
         totals += [n_mem, n_time, n_dom, len(sel)]
     assert np.all(totals > 0), totals

@@ -311,9 +311,10 @@ class Engine:
         """labelsettle.settle of a decision's new labels C at slot g (kinv, rows: each label's
         row of the key terms and of the graph, read when graph is not None): (rows kept, their
         beam ranks, pruned by memory, by time, dominated). Past PARETO_CHUNK_ROWS labels the
-        dominance runs in chunks of keys (pareto_by_key), the deadline checked between them."""
+        dominance runs in chunks of keys (pareto_by_key, which reads the keys CK), the deadline
+        checked between them; the compiled calls group labels by their key's rank kinv."""
         from osdp_sim.planner.labelsettle import prune_sort, settle
-        args = (np.ascontiguousarray(C, dtype=np.int64), _int64(CK), _int64(kinv), _int64(rows),
+        args = (np.ascontiguousarray(C, dtype=np.int64), _int64(kinv), _int64(rows),
                 np.asarray(KC, dtype=np.float64), np.asarray(KM, dtype=np.float64),
                 *self._bound_args(pq_max, graph, g), float(thr_q), bool(memory_only))
         if len(C) <= PARETO_CHUNK_ROWS:

@@ -13,7 +13,6 @@ import numpy as np
 from osdp_sim.jit import compiled
 from osdp_sim.planner.dominance import pareto_segments
 from osdp_sim.planner.labelbounds import memory_bound, time_bound
-from osdp_sim.planner.labels import T
 
 
 INSERTION_MAX = 24               # runs up to this long are sorted by insertion, longer ones merged
@@ -97,10 +96,10 @@ def sort_rows(C, krank, nkeys, idx, first_col):
 
 
 @compiled
-def prune_sort(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin, H, lams, Mg, use_graph,
+def prune_sort(C, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin, H, lams, Mg, use_graph,
                thr_q, memory_only):
-    """Labels C (keys CK; kinv[i] the row of KC and KM of label i's key, rows[i] its row of the
-    key graph, read with use_graph) whose memory bound is <= pq_max (with a finite limit) and
+    """Labels C (kinv[i]: the row of KC and KM of label i's key, its rank among the decision's keys
+    in ascending key ids; rows[i] its row of the key graph, read with use_graph) whose memory bound is <= pq_max (with a finite limit) and
     whose time bound is < thr_q. Returns (their rows in the stable order of (key, columns; T left
     out under memory_only); the bound the beam ranks each by: memory under memory_only, else time;
     labels pruned by memory; labels pruned by time)."""
@@ -122,17 +121,17 @@ def prune_sort(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_mar
         live[nlive] = i
         rank[i] = mem if memory_only else lb
         nlive += 1
-    order = sort_rows(C, kinv, KM.shape[0], live[:nlive], T + 1 if memory_only else T)
+    order = sort_rows(C, kinv, KM.shape[0], live[:nlive], 1 if memory_only else 0)    # column 0 is T
     return order, rank[order], pruned_memory, pruned_bound
 
 
 @compiled
-def settle(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin, H, lams, Mg, use_graph,
+def settle(C, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin, H, lams, Mg, use_graph,
            thr_q, memory_only, top_k):
     """prune_sort, then the labels dominated (dp.pareto_by_key) by top_k or more kept labels of
     their key dropped: (rows kept, in prune_sort's order; their beam ranks; labels pruned by
     memory; by time; dominated)."""
-    order, rank, pruned_memory, pruned_bound = prune_sort(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite,
+    order, rank, pruned_memory, pruned_bound = prune_sort(C, kinv, rows, KC, KM, j_lam, pq_max, finite,
                                                           m_margin, t_margin, H, lams, Mg, use_graph, thr_q,
                                                           memory_only)
     nlive = order.shape[0]
@@ -141,7 +140,7 @@ def settle(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin,
     starts = np.empty(nlive, dtype=np.int64)
     for o in range(nlive):
         Cs[o] = C[order[o]]
-        if o == 0 or CK[order[o]] != CK[order[o - 1]]:
+        if o == 0 or kinv[order[o]] != kinv[order[o - 1]]:
             starts[nseg] = o
             nseg += 1
     ends = np.empty(nseg, dtype=np.int64)
@@ -150,16 +149,5 @@ def settle(C, CK, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin,
     keep = np.ones(nlive, dtype=np.bool_)
     if nlive > 1:
         pareto_segments(Cs, starts[:nseg], ends, top_k, keep)
-    nkeep = 0
-    for o in range(nlive):
-        if keep[o]:
-            nkeep += 1
-    out = np.empty(nkeep, dtype=np.int64)
-    out_rank = np.empty(nkeep)
-    o2 = 0
-    for o in range(nlive):
-        if keep[o]:
-            out[o2] = order[o]
-            out_rank[o2] = rank[o]
-            o2 += 1
-    return out, out_rank, pruned_memory, pruned_bound, nlive - nkeep
+    kept = np.flatnonzero(keep)
+    return order[kept], rank[kept], pruned_memory, pruned_bound, nlive - kept.shape[0]
