@@ -5,7 +5,8 @@ before and after (e.g. the base commit from a `git worktree`) and compare the li
     python bench/search_digest.py --big      # mingpt-48l-1536 with every split, no time limit (about 1 min)
 
 A digest hashes a search's status, nodes, leaves, best bound, prediction and plan (top 3: every
-plan kept), or a front's points; the times printed beside it are not hashed."""
+plan kept), or a front's points; the "result" digest beside it leaves out the nodes and leaves (for
+changes that prune differently but must return the same); the times printed are not hashed."""
 
 import argparse
 import hashlib
@@ -23,9 +24,11 @@ def _plan_text(plan) -> str:
     return f"{plan.micro_batch} {sorted((k, str(v)) for k, v in plan.choices.items())} {plan.checkpoint}"
 
 
-def digest(r) -> str:
-    text = (f"{r.status} {r.nodes} {r.leaves} {r.best_bound_samples_per_s!r} {r.prediction.samples_per_s!r} "
+def digest(r, counts: bool = True) -> str:
+    text = (f"{r.status} {r.best_bound_samples_per_s!r} {r.prediction.samples_per_s!r} "
             f"{_plan_text(r.plan)} {[(_plan_text(t.plan), t.prediction.samples_per_s) for t in r.top]}")
+    if counts:
+        text = f"{r.status} {r.nodes} {r.leaves} " + text[len(r.status) + 1:]
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -44,7 +47,7 @@ def main() -> None:
         t = time.perf_counter()
         r = search(load_model(name), hw, gib * GiB, space, time_limit_s=None, top_k=top_k)
         print(f"{name} {gib} GiB splits {','.join(map(str, space.splits))} top {top_k}: {digest(r)} "
-              f"({r.status}, {r.nodes} nodes; {time.perf_counter() - t:.2f} s)", flush=True)
+              f"(result {digest(r, counts=False)}; {r.status}, {r.nodes} nodes; {time.perf_counter() - t:.2f} s)", flush=True)
     if not args.big:
         t = time.perf_counter()
         f = pareto_front(load_model("gpt2-124m"), hw, SearchSpace(splits=(1,), micro_batches=(1, 2, 4)),

@@ -261,6 +261,18 @@ class RootCost:
     head: StepCost
 
 
+def same_step_cost(a: StepCost, b: StepCost) -> bool:
+    """Whether two steps cost the same under every rule the fold and the bounds read: equal but
+    for their unit's strategy name, with equal unit records, re-gathering and tasks. A zero2 and a
+    zero3 root are (FSDP2 does not reshard the root after forward: lowering.CommUnit's
+    reshards_after_forward), so the search runs one of them for both (problem.same_costs)."""
+    if replace(a, unit=replace(a.unit, strategy="")) != replace(b, unit=replace(b.unit, strategy="")):
+        return False
+    return (a.records == b.records and a.regathers == b.regathers
+            and a.forward_task(None) == b.forward_task(None)
+            and all(a.backward_task(own) == b.backward_task(own) for own in (False, True)))
+
+
 def root_steps(spec: ModelSpec, hw: HardwareProfile, cfg: Config) -> RootCost:
     """The root part of lowering.lower (unit 0 and the embed and head steps) as StepCosts. The
     root is gathered once, before the embedding; the head's backward comes first (it allocates

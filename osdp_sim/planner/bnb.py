@@ -11,7 +11,7 @@ promising configurations supplies that incumbent first. docs/search.md has the a
 import math
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -26,7 +26,7 @@ from osdp_sim.planner.dp import Engine, Finished
 from osdp_sim.planner.keygraph import GraphCaps
 from osdp_sim.planner.keystore import KeyStore
 from osdp_sim.planner.mbbound import MicroBatchBounds, floors, least_resident_bytes, micro_batch_bounds
-from osdp_sim.planner.problem import Problem, build_problem
+from osdp_sim.planner.problem import Problem, build_problem, same_costs
 from osdp_sim.planner.result import (STATUSES, EvaluatedPlan, MicroBatchOutcome, OpenConfig, SearchResult,
                                     TopPlan)
 from osdp_sim.planner.space import (SearchSpace, checkpoint_variants, devices_of, grad_accum_of,
@@ -66,6 +66,25 @@ class _Cfg:
     mem_lb_q: float                      # least possible live-byte peak (fixed point)
     engine: Engine | None = None
     ub_sps: float = math.inf
+    twins: list = field(default_factory=list)   # later configurations of the same costs (same_costs):
+                                                # never searched, they get a copy of each plan of this one
+
+
+def merge_twins(cfgs: list) -> list:
+    """The configurations none earlier in the list costs the same as (problem.same_costs: a zero2
+    and a zero3 root); each later twin goes to its first's `twins`. Their searches would be the
+    same, so only the first runs."""
+    firsts: dict = {}
+    out = []
+    for c in cfgs:
+        same = firsts.setdefault(replace(c.config, root=""), [])
+        first = next((f for f in same if same_costs(f.problem, c.problem)), None)
+        if first is None:
+            same.append(c)
+            out.append(c)
+        else:
+            first.twins.append(c)
+    return out
 
 
 @dataclass
@@ -211,7 +230,9 @@ def _search(spec, hw, mem_limit_bytes, space, time_limit_s, top_k, progress, cac
     lister = _Lister(spec, hw, space, s, problems, engines, cache.setdefault("keys", KeyStore()))
     fitting = lister.first_round()
     s.say(f"{len(lister.cfgs)} configurations at {len(lister.listed)} of {len(lister.bounds.micro_batches)} "
-          f"micro-batches, {len(fitting)} may fit")
+          f"micro-batches, {len(fitting) + lister.twins} may fit"
+          + (f", {lister.twins} of them searched with a twin (the same costs, another root strategy)"
+             if lister.twins else ""))
 
     # the incumbent: uniform plans, the optimum of the nested space without splits (a plan of
     # this space too), then beam runs on the most promising configurations
@@ -258,7 +279,8 @@ class _Lister:
         self.variants = checkpoint_variants(space, spec)
         self.cfgs: list = []                  # every configuration listed
         self.fitting: list = []               # ... whose memory lower bound fits
-        self.by_cfg: dict = {}                # Config -> its _Cfg, of those
+        self.by_cfg: dict = {}                # Config -> its _Cfg, of those (a twin's: its first's)
+        self.twins = 0                        # fitting configurations searched as another's twin
         self.listed: set = set()              # micro-batches listed
         self.round = s.tuning.round_micro_batches
         self.bounds = self._bounds()
@@ -307,11 +329,11 @@ class _Lister:
             if self.s.expired():
                 break
             self.listed.add(mb)
-            for c in self._problems(mb):
-                self.cfgs.append(c)
+            cs = self._problems(mb)
+            self.cfgs += cs
+            if cs:
                 self.s.per_mb.setdefault(mb, _MicroBatchState())
-                if c.mem_lb_q > self.s.pq_max:
-                    continue
+            for c in merge_twins([c for c in cs if c.mem_lb_q <= self.s.pq_max]):
                 if c.config not in self.engines:
                     self.engines[c.config] = Engine(c.problem, self.keys)
                 c.engine = self.engines[c.config]
@@ -320,6 +342,8 @@ class _Lister:
                 self.s.global_ub = max(self.s.global_ub, c.ub_sps)
                 self.fitting.append(c)
                 self.by_cfg[c.config] = c
+                self.by_cfg.update((t.config, c) for t in c.twins)
+                self.twins += len(c.twins)
                 out.append(c)
         return out
 
@@ -398,15 +422,17 @@ class _Search:
         return self.kth_best() * (1.0 + self.rel_gap)
 
     def add(self, c: _Cfg, fins: list) -> None:
+        """Plans of c (and the same plans of its twins, which cost the same) evaluated."""
         for f in fins:
             peak, sps = _finished_value(c.problem, f, self.hw)
             self.leaves += 1
             if len(self.evaluated) < EVALUATED_CAP:
                 self.evaluated.append(EvaluatedPlan(peak, sps))
             if f.peak_q <= self.pq_max:
-                key = (c.config, tuple(f.attn), tuple(f.mlp), tuple(f.ckpt))
-                if all(k.plan_key != key for k in self.found):
-                    self.found.append(Found(sps, peak, len(self.found), c, f, key))
+                for x in (c, *c.twins):
+                    key = (x.config, tuple(f.attn), tuple(f.mlp), tuple(f.ckpt))
+                    if all(k.plan_key != key for k in self.found):
+                        self.found.append(Found(sps, peak, len(self.found), x, f, key))
         self.found.sort(key=lambda x: (-x.samples_per_s, x.peak_bytes, x.order))
         del self.found[max(self.top_k, 1) * 4:]
 
@@ -608,10 +634,11 @@ class _Search:
         # than the bound of the whole space)
         tolerated = [min(self.kth_best() * (1.0 + self.rel_gap), self.global_ub)] if self.rel_gap and top else []
         bound = max([best] + open_bounds + tolerated) if top else (max(open_bounds) if open_bounds else 0.0)
-        open_cfgs = tuple(OpenConfig(c.config.micro_batch, c.config.shard_group, c.config.root, float(c.ub_sps),
+        open_cfgs = tuple(OpenConfig(x.config.micro_batch, x.config.shard_group, x.config.root, float(c.ub_sps),
                                      "key graph over the caps" if c.config in self.over_caps
                                      else "not finished within the time limit")
-                          for c in order if timed_out and c.ub_sps > self.goal())   # (below: within rel_gap)
+                          for c in order if timed_out and c.ub_sps > self.goal()    # (below: within rel_gap)
+                          for x in (c, *c.twins))
         common = dict(
             top=tuple(top), nodes=self.nodes, leaves=self.leaves,
             per_micro_batch=tuple(MicroBatchOutcome(mb, st.best_samples_per_s,
@@ -775,7 +802,7 @@ def min_peak(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSp
             if least >= best_q:
                 break
             below_q = max(floor_q, least)
-        for c in sorted(cs, key=lambda c: (c.mem_lb_q, c.config.shard_group, c.config.root)):
+        for c in sorted(merge_twins(cs), key=lambda c: (c.mem_lb_q, c.config.shard_group, c.config.root)):
             if c.mem_lb_q >= best_q:
                 continue
             if c.mem_lb_q > FIXED_POINT_MAX:     # beyond the fixed point of the tables: its bound only
@@ -826,7 +853,7 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
     lo, hi = mem_range if mem_range is not None else (0.0, float(hw.device.usable_memory_bytes))
     pq_max = _limit_q(hi, hw)
     cache: dict = {}
-    cfgs = [c for c in _configs(spec, hw, space, pq_max, cache, deadline) if c.mem_lb_q <= pq_max]
+    cfgs = merge_twins([c for c in _configs(spec, hw, space, pq_max, cache, deadline) if c.mem_lb_q <= pq_max])
     proven = deadline is None or time.perf_counter() <= deadline
     pts: list[_FrontCandidate] = []
     evaluated: list = []
@@ -839,7 +866,7 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
             if len(evaluated) < EVALUATED_CAP:
                 evaluated.append((peak, sps))
             if peak >= lo:
-                pts.append(_FrontCandidate(peak, sps, c, f))
+                pts.extend(_FrontCandidate(peak, sps, x, f) for x in (c, *c.twins))
 
     engines = {id(c): Engine(c.problem) for c in cfgs}
     for c in cfgs:

@@ -1,9 +1,9 @@
 """One search configuration (micro-batch, accumulation, shard group, root strategy) as tables:
 the steps of every group under every choice, shared between groups of the same shape."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from osdp_sim.costmodel.fast import Config, RootCost, StepCost, group_steps, root_steps, seg
+from osdp_sim.costmodel.fast import Config, RootCost, StepCost, group_steps, root_steps, same_step_cost, seg
 from osdp_sim.costmodel.states import compute_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
@@ -103,6 +103,16 @@ class Problem:
             choices[ka] = self.choices[attn[b]]
             choices[km] = self.choices[mlp[b]]
         return self.cfg.plan(self.spec, choices, tuple(ckpt))
+
+
+def same_costs(a: Problem, b: Problem) -> bool:
+    """Whether every plan costs the same in both problems (time and memory, in the fold and in
+    estimate()): their configurations differ at most in the root strategy, their group options
+    and blocks are the same, and so are their root steps but for the strategy's name (a zero2
+    and a zero3 root: fast.same_step_cost). The search runs the first of such twins for both."""
+    return (replace(a.cfg, root="") == replace(b.cfg, root="") and a.choices == b.choices
+            and a.ckpt_options == b.ckpt_options and a.blocks == b.blocks and a.shapes == b.shapes
+            and same_step_cost(a.root.embed, b.root.embed) and same_step_cost(a.root.head, b.root.head))
 
 
 def build_problem(spec: ModelSpec, hw: HardwareProfile, cfg: Config, choices: list[GroupChoice],
