@@ -186,6 +186,7 @@ def clear_caches() -> None:
     _UNIT_RECORDS.clear()
     _PLANS.clear()
     _PARTS.clear()
+    _GROUP_STEPS.clear()
 
 
 def unit_records(u: CommUnit, grads_resident: bool) -> UnitRecords:
@@ -241,6 +242,12 @@ def config_of(plan: Plan) -> Config:
     """The plan's configuration; `selective` is per block in a plan (block_stages reads it)."""
     return Config(plan.devices, plan.micro_batch, plan.grad_accum, plan.shard_size, plan.precision,
                   plan.optimizer, plan.choices["root"].strategy)
+
+
+def group_shape(g: OpGroup) -> tuple:
+    """Everything of a group the cost model reads, without its name."""
+    return (g.kind, tuple((l.in_features, l.out_features, l.bias, l.copies, l.active) for l in g.linears),
+            g.other_params, g.fwd_flops_per_token, g.activations, g.mm_before)
 
 
 def group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: HardwareProfile,
@@ -682,6 +689,22 @@ class FastEstimate:
     samples_per_s: float
 
 
+_GROUP_STEPS: dict = {}           # (model config, id of hw, group shape, choice, Config) -> (hw, steps)
+
+
+def _shared_group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: HardwareProfile,
+                        cfg: Config) -> tuple[StepCost, ...]:
+    """group_steps, one tuple for every group of the same shape (and across plans): the stage
+    plans are cached by the steps' ids, so a plan's blocks of one shape share them."""
+    key = (spec.config, id(hw), group_shape(g), choice, cfg)
+    hit = _GROUP_STEPS.get(key)
+    if hit is None:
+        if len(_GROUP_STEPS) >= _MAX_PLANS:
+            _GROUP_STEPS.clear()
+        hit = _GROUP_STEPS[key] = (hw, group_steps(g, choice, spec, hw, cfg))
+    return hit[1]
+
+
 def block_stages(spec: ModelSpec, plan: Plan, hw: HardwareProfile, cfg: Config):
     """Per block, last first: [(kind, steps, ck), ...] for its stages in processing order."""
     cb = compute_bytes(cfg.precision)
@@ -690,7 +713,7 @@ def block_stages(spec: ModelSpec, plan: Plan, hw: HardwareProfile, cfg: Config):
     for unit in reversed(spec.blocks):
         sel = plan.selective[unit.index]
         bcfg = replace(cfg, selective=sel)
-        per = [group_steps(g, plan.choices[g.plan_key], spec, hw, bcfg) for g in unit.groups]
+        per = [_shared_group_steps(g, plan.choices[g.plan_key], spec, hw, bcfg) for g in unit.groups]
         if plan.checkpoint[unit.index]:
             ck = (unit.sac_activations if sel else unit.ckpt_activations).bytes_for(cb, tokens)
             out.append([("ckmlp", per[1], ck), ("ckattn", per[0], ck), ("ckpt", per[0] + per[1], ck)])

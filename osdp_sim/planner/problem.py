@@ -3,17 +3,12 @@ the steps of every group under every choice, shared between groups of the same s
 
 from dataclasses import dataclass, field, replace
 
-from osdp_sim.costmodel.fast import Config, RootCost, StepCost, group_steps, root_steps, same_step_cost, seg
+from osdp_sim.costmodel.fast import (Config, RootCost, StepCost, group_shape, group_steps, root_steps, same_step_cost,
+                                     seg)
 from osdp_sim.costmodel.states import compute_bytes
 from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec, OpGroup
 from osdp_sim.plan.plan import GroupChoice, Plan
-
-
-def group_shape(g: OpGroup) -> tuple:
-    """Everything of a group the cost model reads, without its name."""
-    return (g.kind, tuple((l.in_features, l.out_features, l.bias, l.copies, l.active) for l in g.linears),
-            g.other_params, g.fwd_flops_per_token, g.activations, g.mm_before)
 
 
 @dataclass(frozen=True)
