@@ -111,7 +111,8 @@ class SearchResult:
     configs: int
     """Configurations (micro-batch, accumulation, shard group, root, checkpoint policy) listed."""
     configs_searched: int
-    """Of those, searched exactly (the rest were ruled out by bounds)."""
+    """Of those, searched exactly (the rest were ruled out by bounds, or searched as the twin of one
+    that costs the same: docs/search.md, "Configurations")."""
     open_configs: tuple[OpenConfig, ...]
     """When stopped by the time limit: the configurations that may still hold a faster plan."""
     model: ModelSpec = field(repr=False)
