@@ -47,7 +47,8 @@ def main() -> None:
         t = time.perf_counter()
         r = search(load_model(name), hw, gib * GiB, space, time_limit_s=None, top_k=top_k)
         print(f"{name} {gib} GiB splits {','.join(map(str, space.splits))} top {top_k}: {digest(r)} "
-              f"(result {digest(r, counts=False)}; {r.status}, {r.nodes} nodes; {time.perf_counter() - t:.2f} s)", flush=True)
+              f"(result {digest(r, counts=False)}; {r.status}, {r.nodes} nodes; "
+              f"{time.perf_counter() - t:.2f} s)", flush=True)
     if not args.big:
         t = time.perf_counter()
         f = pareto_front(load_model("gpt2-124m"), hw, SearchSpace(splits=(1,), micro_batches=(1, 2, 4)),
