@@ -124,6 +124,12 @@ class StepCost:
         return self.unit.reshards_after_forward
 
     @cached_field
+    def backward_gather_item(self) -> tuple:
+        """Its backward gather as the fold's queue item, not ready at end (issued with its task):
+        the stages of many step combinations read it."""
+        return _queue_item(self.backward_gather) + (False,)
+
+    @cached_field
     def backward_gather_s(self) -> float:
         return self.backward_gather.work_s if self.regathers else 0.0
 
@@ -338,7 +344,8 @@ def run_compute(c: float, start_deltas: tuple, end_delta: float, queue: tuple, n
     """
     fold = _fold()
     tf, ti, items = fold.pack([(c, start_deltas, end_delta, new_items, barrier)])
-    dur, net, top, _m1, _m2, left = fold.run_tasks(fold.queue_array(queue), tf, ti, items, s, 0.0, 0.0, 1)
+    dur, net, top, _m1, _m2, left = fold.run_tasks(fold.queue_array(queue), tf, ti, items, *fold.NO_TASKS, s,
+                                                   0.0, 0.0, 1)
     return dur, top, net, fold.queue_tuple(left)
 
 
@@ -355,11 +362,6 @@ class Pending:
     end_items: tuple              # new queue items appended when it ends (ready at end)
     forward_gather_s: float | None    # its own forward all-gather (for the predecessor's segment)
     gathered_bytes: float             # what that gather allocates
-
-
-def _bwd_gather(st: StepCost) -> tuple:
-    """The queue item of a step's backward gather (not ready-at-end: issued with its task)."""
-    return _queue_item(st.backward_gather) + (False,)
 
 
 def _start_deltas(deltas) -> tuple[float, ...]:
@@ -439,9 +441,11 @@ def mlp_first(mlp: tuple, pend: Pending) -> bool:
 class StagePlan:
     """What a stage computes without its queue: its forward part and its backward compute tasks."""
 
-    tasks_f: object               # fold.py's arrays of the backward compute tasks (fold.pack)
-    tasks_i: object
-    items: object
+    head_row: tuple               # the pending step's task: fold.task_row's tasks_f row
+    head_barrier: int             # ... its barrier (-1: none)
+    head_items: tuple             # ... and the items it queues
+    tail: tuple                   # fold.pack of the stage's own tasks after it (shared by the plans
+                                  # of the same steps, kind, s and ck)
     split: int                    # tasks[:split] give o_y; "ckmlp": the rest give o_m2
     slowdown: float               # the overlap slowdown s the tasks run with
     dt0_s: float                  # time before the backward tasks (forward segments, "ckattn"'s gathers)
@@ -513,7 +517,7 @@ def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> _StepsPart:
     chain = [task(st.pending) for st in steps[:0:-1]]   # units already gathered: no prefetch
     extra, barrier = (), False
     if kind in ("ckpt", "ckmlp"):
-        extra = tuple(_bwd_gather(st) for st in steps if st.regathers)
+        extra = tuple(st.backward_gather_item for st in steps if st.regathers)
         barrier = bool(extra)
         tail = [recompute()] + chain
     elif kind == "ckattn":
@@ -527,10 +531,10 @@ def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> _StepsPart:
     elif kind == "group":
         tail = []
         if steps[n - 1].regathers:
-            extra, barrier = (_bwd_gather(steps[n - 1]),), True
+            extra, barrier = (steps[n - 1].backward_gather_item,), True
         for j, p in enumerate([st.pending_regathered for st in steps[:0:-1]], start=1):
             nxt = steps[n - 1 - j]
-            tail.append((p.bwd_s, p.start_deltas, p.end_delta, (_bwd_gather(nxt),) + p.end_items, 0) if nxt.regathers else task(p))
+            tail.append((p.bwd_s, p.start_deltas, p.end_delta, (nxt.backward_gather_item,) + p.end_items, 0) if nxt.regathers else task(p))
     else:  # embed: the pending step, then the embedding's backward and the reduction tail
         p = steps[0].pending
         tail = [task(p, (), len(p.end_items) - 1)]
@@ -580,11 +584,10 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
     else:
         new = pend.end_items + part.first_extra
         barrier = len(new) - 1 if part.first_barrier else None
-    fold = _fold()
-    tf, ti, items = fold.join(fold.pack([(pend.bwd_s, pend.start_deltas, pend.end_delta, new, barrier)]), part.tail)
+    row, bar = _fold().task_row(pend.bwd_s, pend.start_deltas, pend.end_delta, barrier)
     new_pend = None if kind == "embed" else (steps[0].pending_regathered if kind == "group"
                                               else steps[0].pending)
-    return StagePlan(tasks_f=tf, tasks_i=ti, items=items, split=1 if kind == "ckmlp" else 1 + part.n_tail_tasks,
+    return StagePlan(head_row=row, head_barrier=bar, head_items=new, tail=part.tail, split=1 if kind == "ckmlp" else 1 + part.n_tail_tasks,
                      slowdown=s, dt0_s=dt, y0_bytes=part.y0_bytes, new_pend=new_pend, opt=part.opt,
                      s_n=part.s_n, o_v=qm(o_v), d_v=part.d_v, pm=part.pm if pm_sum else part.pm_max,
                      g_a=part.g_a, p_a=part.p_a)
@@ -610,8 +613,9 @@ def stage_rows(sp: StagePlan, queue_rows) -> tuple:
     """A stage's backward compute tasks against a queue given as fold.py's rows (fold.queue_array),
     in one compiled call: (the queue left as rows, StageOut's fields after the key in their order)."""
     fold = _fold_module or _fold()
-    dt, y, o_y, o_m1, o_m2, left = fold.run_tasks(queue_rows, sp.tasks_f, sp.tasks_i, sp.items, sp.slowdown,
-                                                  sp.dt0_s, sp.y0_bytes, sp.split)
+    dt, y, o_y, o_m1, o_m2, left = fold.run_tasks(queue_rows, *fold.head_arrays(sp.head_row, sp.head_barrier,
+                                                                                sp.head_items),
+                                                  *sp.tail, sp.slowdown, sp.dt0_s, sp.y0_bytes, sp.split)
     return left, (qt(dt), sp.opt, sp.s_n, sp.o_v, qm(o_y), qm(y), sp.d_v, sp.pm, qm(o_m1), qm(o_m2), sp.g_a, sp.p_a)
 
 

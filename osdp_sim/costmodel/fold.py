@@ -7,6 +7,9 @@ Layouts (float64 rows, so a stage crosses into compiled code once):
   items  (m, 5): work, alloc_at_start, free_at_end, alloc_at_end, ready_at_end (0/1)
   tasks_f (t, 5): compute work, delta at its end, up to three deltas at its start (0: none)
   tasks_i (t, 3): its new items items[begin:end], the barrier (index into them, -1: none)
+A stage's tasks come in two parts, each with its own items: the head (the pending step's task,
+which depends on the key's pending step) and the tail (the stage's own steps' tasks, shared by
+every pending step), so a stage plan never copies its tail.
 """
 
 import numpy as np
@@ -29,33 +32,34 @@ def queue_tuple(rows: np.ndarray) -> tuple:
     return tuple(map(tuple, rows.tolist()))
 
 
+def task_row(c: float, start: tuple, end: float, barrier: int | None) -> tuple[tuple, int]:
+    """A compute task's tasks_f row and barrier (-1: none)."""
+    if len(start) > 3 or (barrier is not None and barrier < 0):
+        raise ValueError("a compute task has at most three start deltas and a barrier >= 0")
+    return (c, end, *start, *_PAD[len(start)]), -1 if barrier is None else barrier
+
+
 def pack(tasks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Compute tasks (c, start_deltas, end_delta, new_items, barrier) as run_tasks's arrays."""
     rows_f, rows_i, items = [], [], []
     for c, start, end, new, barrier in tasks:
-        if len(start) > 3 or (barrier is not None and barrier < 0):
-            raise ValueError("a compute task has at most three start deltas and a barrier >= 0")
-        rows_f.append((c, end, *start, *_PAD[len(start)]))
-        rows_i.append((len(items), len(items) + len(new), -1 if barrier is None else barrier))
+        row, bar = task_row(c, start, end, barrier)
+        rows_f.append(row)
+        rows_i.append((len(items), len(items) + len(new), bar))
         items.extend(new)
-    return (np.array(rows_f, dtype=np.float64), np.array(rows_i, dtype=np.int64),
+    return (np.array(rows_f, dtype=np.float64).reshape(-1, 5), np.array(rows_i, dtype=np.int64).reshape(-1, 3),
             np.array(items, dtype=np.float64) if items else _NO_ITEMS)
 
 
-def join(head: tuple, tail: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """pack(a + b) from pack(a) and pack(b): b's item offsets move past a's items."""
-    hf, hi, hitems = head
-    tf, ti, titems = tail
-    if len(tf) == 0:
-        return head
-    ti = ti.copy()
-    ti[:, :2] += len(hitems)
-    items = titems if len(hitems) == 0 else (hitems if len(titems) == 0 else np.vstack([hitems, titems]))
-    return np.vstack([hf, tf]), np.vstack([hi, ti]), items
+def head_arrays(row: tuple, barrier: int, items: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One task given as its task_row and items, as run_tasks's arrays."""
+    return (np.array([row], dtype=np.float64), np.array([(0, len(items), barrier)], dtype=np.int64),
+            np.array(items, dtype=np.float64) if items else _NO_ITEMS)
 
 
 _PAD = ((0.0, 0.0, 0.0), (0.0, 0.0), (0.0,), ())
 _NO_ITEMS = np.empty((0, ICOLS))
+NO_TASKS = pack([])
 
 
 @compiled
@@ -210,18 +214,24 @@ def _compute_task(c, tf, items, ib, ie, bar_rel, queue, nq, s, out, ev_t, ev_o, 
 
 
 @compiled
-def _fold_tasks(tasks_f, tasks_i, items, s, dt0, y0, split, buf_a, nq, buf_b, ev_t, ev_o, ev_k, ev_d):
+def _fold_tasks(head_f, head_i, head_items, tail_f, tail_i, tail_items, s, dt0, y0, split, buf_a, nq, buf_b,
+                ev_t, ev_o, ev_k, ev_d):
     """run_tasks on the queue buf_a[:nq], with buf_b and the event rows as scratch: (time, offset,
     o_y, o_m1, o_m2 as run_tasks, the buffer holding the queue left, its rows)."""
-    nt = tasks_f.shape[0]
+    nh = head_f.shape[0]
+    nt = nh + tail_f.shape[0]
     dt = dt0
     y = y0
     o_y = -np.inf
     o_m1 = -np.inf
     o_m2 = -np.inf
     for t in range(nt):
-        dur, top, net, nq = _compute_task(tasks_f[t, 0], tasks_f[t], items, tasks_i[t, 0], tasks_i[t, 1],
-                                          tasks_i[t, 2], buf_a, nq, s, buf_b, ev_t, ev_o, ev_k, ev_d)
+        if t < nh:
+            tf, ti, items = head_f[t], head_i[t], head_items
+        else:
+            tf, ti, items = tail_f[t - nh], tail_i[t - nh], tail_items
+        dur, top, net, nq = _compute_task(tf[0], tf, items, ti[0], ti[1], ti[2], buf_a, nq, s, buf_b,
+                                          ev_t, ev_o, ev_k, ev_d)
         buf_a, buf_b = buf_b, buf_a
         top_abs = y + top
         y += net
@@ -245,22 +255,25 @@ def _scratch(cap):
 
 
 @compiled
-def run_tasks(queue, tasks_f, tasks_i, items, s, dt0, y0, split):
-    """The compute tasks of a stage in order. dt0, y0: the stage's time and live-byte offset before
-    them. Returns (time, live-byte offset after them, max of the events of tasks[:split], the
-    offset after task split-1 and the max of the events of tasks[split:] (-inf where there are
-    none, and the offset when split is the number of tasks), the queue left)."""
-    buf_a, buf_b, ev_t, ev_o, ev_k, ev_d = _scratch(queue.shape[0] + items.shape[0] + 1)
+def run_tasks(queue, head_f, head_i, head_items, tail_f, tail_i, tail_items, s, dt0, y0, split):
+    """The compute tasks of a stage in order: the head's, then the tail's (each part's items indexed
+    from its own 0). dt0, y0: the stage's time and live-byte offset before them. Returns (time,
+    live-byte offset after them, max of the events of tasks[:split], the offset after task split-1
+    and the max of the events of tasks[split:] (-inf where there are none, and the offset when
+    split is the number of tasks), the queue left)."""
+    buf_a, buf_b, ev_t, ev_o, ev_k, ev_d = _scratch(queue.shape[0] + head_items.shape[0] + tail_items.shape[0] + 1)
     buf_a[:queue.shape[0]] = queue
-    dt, y, o_y, o_m1, o_m2, left, nq = _fold_tasks(tasks_f, tasks_i, items, s, dt0, y0, split, buf_a,
-                                                   queue.shape[0], buf_b, ev_t, ev_o, ev_k, ev_d)
+    dt, y, o_y, o_m1, o_m2, left, nq = _fold_tasks(head_f, head_i, head_items, tail_f, tail_i, tail_items, s, dt0,
+                                                   y0, split, buf_a, queue.shape[0], buf_b, ev_t, ev_o, ev_k, ev_d)
     return dt, y, o_y, o_m1, o_m2, left[:nq].copy()
 
 
 # run_stages's plan columns: plan_f (float64), plan_i (int64), plan_fixed (a StagePlan's
 # queue-independent fields, quantised)
 PF_SLOWDOWN, PF_DT0, PF_Y0 = 0, 1, 2
-PI_TASK_BEGIN, PI_TASK_END, PI_ITEM_BEGIN, PI_ITEM_END, PI_SPLIT = 0, 1, 2, 3, 4
+PI_HEAD_TASK_BEGIN, PI_HEAD_TASK_END, PI_HEAD_ITEM_BEGIN, PI_HEAD_ITEM_END = 0, 1, 2, 3
+PI_TAIL_TASK_BEGIN, PI_TAIL_TASK_END, PI_TAIL_ITEM_BEGIN, PI_TAIL_ITEM_END, PI_SPLIT = 4, 5, 6, 7, 8
+PI_COLS = 9
 PLAN_FIXED = ("opt", "s_n", "o_v", "d_v", "pm", "g_a", "p_a")
 # the columns of run_stages's deltas: fast.StageOut's fields after the key, in their order
 STAGE_DELTAS = ("dt", "opt", "s_n", "o_v", "o_y", "d_y", "d_v", "pm", "o_m1", "o_m2", "g_a", "p_a")
@@ -279,9 +292,9 @@ def _fixed(x, unit, neg):
 def run_stages(queues, queue_begin, queue_end, job_key, job_plan, tasks_f, tasks_i, items, plan_f, plan_i,
                plan_fixed):
     """Many stages in one call: job j runs plan job_plan[j] on the queue of key job_key[j]
-    (queues[queue_begin[k]:queue_end[k]]). A plan p's tasks are tasks_f/tasks_i[task_begin:task_end]
-    with its items items[item_begin:item_end] (plan_i's columns), run with plan_f's slowdown, dt0 and
-    y0 as run_tasks. Returns (deltas (jobs, 12): the stage deltas in fixed point, STAGE_DELTAS's
+    (queues[queue_begin[k]:queue_end[k]]). A plan p's tasks are its head's, tasks_f/tasks_i[head
+    task begin:end] with items[head item begin:end], then its tail's, likewise (plan_i's columns;
+    plans share tails), run with plan_f's slowdown, dt0 and y0 as run_tasks. Returns (deltas (jobs, 12): the stage deltas in fixed point, STAGE_DELTAS's
     columns, the queue-independent ones copied from plan_fixed (PLAN_FIXED's columns); left (rows, 6): the queues left,
     job j's at left[left_begin[j]:left_end[j]], -0.0 written as 0.0 so that equal queues have equal
     bytes; left_begin; left_end)."""
@@ -292,7 +305,8 @@ def run_stages(queues, queue_begin, queue_end, job_key, job_plan, tasks_f, tasks
     cap_max = 1
     for j in range(nj):
         p = job_plan[j]
-        cap = queue_end[job_key[j]] - queue_begin[job_key[j]] + plan_i[p, PI_ITEM_END] - plan_i[p, PI_ITEM_BEGIN] + 1
+        cap = (queue_end[job_key[j]] - queue_begin[job_key[j]] + plan_i[p, PI_HEAD_ITEM_END]
+               - plan_i[p, PI_HEAD_ITEM_BEGIN] + plan_i[p, PI_TAIL_ITEM_END] - plan_i[p, PI_TAIL_ITEM_BEGIN] + 1)
         left_begin[j] = total
         total += cap
         if cap > cap_max:
@@ -307,9 +321,11 @@ def run_stages(queues, queue_begin, queue_end, job_key, job_plan, tasks_f, tasks
         for r in range(nq):
             for col in range(QCOLS):
                 buf_a[r, col] = queues[q0 + r, col]
-        t0, t1 = plan_i[p, PI_TASK_BEGIN], plan_i[p, PI_TASK_END]
+        h0, h1 = plan_i[p, PI_HEAD_TASK_BEGIN], plan_i[p, PI_HEAD_TASK_END]
+        t0, t1 = plan_i[p, PI_TAIL_TASK_BEGIN], plan_i[p, PI_TAIL_TASK_END]
         dt, y, o_y, o_m1, o_m2, out, n_left = _fold_tasks(
-            tasks_f[t0:t1], tasks_i[t0:t1], items[plan_i[p, PI_ITEM_BEGIN]:plan_i[p, PI_ITEM_END]],
+            tasks_f[h0:h1], tasks_i[h0:h1], items[plan_i[p, PI_HEAD_ITEM_BEGIN]:plan_i[p, PI_HEAD_ITEM_END]],
+            tasks_f[t0:t1], tasks_i[t0:t1], items[plan_i[p, PI_TAIL_ITEM_BEGIN]:plan_i[p, PI_TAIL_ITEM_END]],
             plan_f[p, PF_SLOWDOWN], plan_f[p, PF_DT0], plan_f[p, PF_Y0], plan_i[p, PI_SPLIT],
             buf_a, nq, buf_b, ev_t, ev_o, ev_k, ev_d)
         b = left_begin[j]

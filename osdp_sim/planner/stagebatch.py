@@ -47,42 +47,56 @@ class RowRecipe:
 
 
 class PlanArena:
-    """Stage plans (fast.StagePlan) concatenated as fold.run_stages reads them."""
+    """Stage plans (fast.StagePlan) concatenated as fold.run_stages reads them: each plan's head
+    task, and each tail once however many plans share it."""
 
     def __init__(self):
-        from osdp_sim.costmodel.fold import ICOLS, PLAN_FIXED
+        from osdp_sim.costmodel.fold import ICOLS, PI_COLS, PLAN_FIXED
         self.tasks_f = np.zeros((256, 5))
         self.tasks_i = np.zeros((256, 3), dtype=np.int64)
         self.items = np.zeros((256, ICOLS))
         self.plan_f = np.zeros((64, 3))
-        self.plan_i = np.zeros((64, 5), dtype=np.int64)
+        self.plan_i = np.zeros((64, PI_COLS), dtype=np.int64)
         self.plan_fixed = np.zeros((64, len(PLAN_FIXED)), dtype=np.int64)
         self.new_pend = np.zeros(64, dtype=np.int64)       # KeyStore.pend_number of the plan's new pending step
         self._fixed_names = PLAN_FIXED
+        self._tails: dict = {}                             # id of a tail -> (the tail, its four plan_i columns)
         self.n = self.n_tasks = self.n_items = 0
 
-    def add(self, sp, new_pend_no: int) -> int:
-        """The index of a new plan."""
-        from osdp_sim.costmodel import fold
-        p, t0, i0 = self.n, self.n_tasks, self.n_items
-        t1, i1 = t0 + len(sp.tasks_f), i0 + len(sp.items)
+    def _append(self, tasks_f, tasks_i, items) -> tuple[int, int, int, int]:
+        """Tasks and their items at the arenas' ends: (task begin, end, item begin, end)."""
+        t0, i0 = self.n_tasks, self.n_items
+        t1, i1 = t0 + len(tasks_f), i0 + len(items)
         if t1 > len(self.tasks_f):
             self.tasks_f, self.tasks_i = grown(self.tasks_f, t1, 0.0), grown(self.tasks_i, t1, 0)
         if i1 > len(self.items):
             self.items = grown(self.items, i1, 0.0)
+        self.tasks_f[t0:t1] = tasks_f
+        self.tasks_i[t0:t1] = tasks_i
+        if i1 > i0:
+            self.items[i0:i1] = items
+        self.n_tasks, self.n_items = t1, i1
+        return t0, t1, i0, i1
+
+    def add(self, sp, new_pend_no: int) -> int:
+        """The index of a new plan."""
+        from osdp_sim.costmodel import fold
+        p = self.n
         if p == len(self.plan_f):
             self.plan_f, self.plan_i = grown(self.plan_f, p + 1, 0.0), grown(self.plan_i, p + 1, 0)
             self.plan_fixed, self.new_pend = grown(self.plan_fixed, p + 1, 0), grown(self.new_pend, p + 1, 0)
-        self.tasks_f[t0:t1] = sp.tasks_f
-        self.tasks_i[t0:t1] = sp.tasks_i
-        self.items[i0:i1] = sp.items
+        tail = self._tails.get(id(sp.tail))
+        if tail is None:
+            tail = self._tails[id(sp.tail)] = (sp.tail, self._append(*sp.tail))
         f, i = self.plan_f[p], self.plan_i[p]
-        f[fold.PF_SLOWDOWN], f[fold.PF_DT0], f[fold.PF_Y0] = sp.slowdown, sp.dt0_s, sp.y0_bytes
-        i[fold.PI_TASK_BEGIN], i[fold.PI_TASK_END], i[fold.PI_ITEM_BEGIN], i[fold.PI_ITEM_END] = t0, t1, i0, i1
+        i[fold.PI_HEAD_TASK_BEGIN:fold.PI_HEAD_ITEM_END + 1] = self._append(
+            (sp.head_row,), ((0, len(sp.head_items), sp.head_barrier),), sp.head_items)
+        i[fold.PI_TAIL_TASK_BEGIN:fold.PI_TAIL_ITEM_END + 1] = tail[1]
         i[fold.PI_SPLIT] = sp.split
+        f[fold.PF_SLOWDOWN], f[fold.PF_DT0], f[fold.PF_Y0] = sp.slowdown, sp.dt0_s, sp.y0_bytes
         self.plan_fixed[p] = [getattr(sp, name) for name in self._fixed_names]
         self.new_pend[p] = new_pend_no
-        self.n, self.n_tasks, self.n_items = p + 1, t1, i1
+        self.n = p + 1
         return p
 
 
