@@ -534,7 +534,8 @@ def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> _StepsPart:
             extra, barrier = (steps[n - 1].backward_gather_item,), True
         for j, p in enumerate([st.pending_regathered for st in steps[:0:-1]], start=1):
             nxt = steps[n - 1 - j]
-            tail.append((p.bwd_s, p.start_deltas, p.end_delta, (nxt.backward_gather_item,) + p.end_items, 0) if nxt.regathers else task(p))
+            tail.append((p.bwd_s, p.start_deltas, p.end_delta, (nxt.backward_gather_item,) + p.end_items, 0)
+                        if nxt.regathers else task(p))
     else:  # embed: the pending step, then the embedding's backward and the reduction tail
         p = steps[0].pending
         tail = [task(p, (), len(p.end_items) - 1)]
@@ -587,8 +588,9 @@ def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0
     row, bar = _fold().task_row(pend.bwd_s, pend.start_deltas, pend.end_delta, barrier)
     new_pend = None if kind == "embed" else (steps[0].pending_regathered if kind == "group"
                                               else steps[0].pending)
-    return StagePlan(head_row=row, head_barrier=bar, head_items=new, tail=part.tail, split=1 if kind == "ckmlp" else 1 + part.n_tail_tasks,
-                     slowdown=s, dt0_s=dt, y0_bytes=part.y0_bytes, new_pend=new_pend, opt=part.opt,
+    return StagePlan(head_row=row, head_barrier=bar, head_items=new, tail=part.tail,
+                     split=1 if kind == "ckmlp" else 1 + part.n_tail_tasks, slowdown=s, dt0_s=dt,
+                     y0_bytes=part.y0_bytes, new_pend=new_pend, opt=part.opt,
                      s_n=part.s_n, o_v=qm(o_v), d_v=part.d_v, pm=part.pm if pm_sum else part.pm_max,
                      g_a=part.g_a, p_a=part.p_a)
 

@@ -294,10 +294,11 @@ def run_stages(queues, queue_begin, queue_end, job_key, job_plan, tasks_f, tasks
     """Many stages in one call: job j runs plan job_plan[j] on the queue of key job_key[j]
     (queues[queue_begin[k]:queue_end[k]]). A plan p's tasks are its head's, tasks_f/tasks_i[head
     task begin:end] with items[head item begin:end], then its tail's, likewise (plan_i's columns;
-    plans share tails), run with plan_f's slowdown, dt0 and y0 as run_tasks. Returns (deltas (jobs, 12): the stage deltas in fixed point, STAGE_DELTAS's
-    columns, the queue-independent ones copied from plan_fixed (PLAN_FIXED's columns); left (rows, 6): the queues left,
-    job j's at left[left_begin[j]:left_end[j]], -0.0 written as 0.0 so that equal queues have equal
-    bytes; left_begin; left_end)."""
+    plans share tails), run with plan_f's slowdown, dt0 and y0 as run_tasks. Returns (deltas
+    (jobs, 12): the stage deltas in fixed point, STAGE_DELTAS's columns, the queue-independent
+    ones copied from plan_fixed (PLAN_FIXED's columns); left (rows, 6): the queues left, job j's
+    at left[left_begin[j]:left_end[j]], -0.0 written as 0.0 so that equal queues have equal bytes;
+    left_begin; left_end)."""
     nj = job_key.shape[0]
     left_begin = np.empty(nj, dtype=np.int64)
     left_end = np.empty(nj, dtype=np.int64)
