@@ -23,6 +23,7 @@ from osdp_sim.hardware.profile import HardwareProfile
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan.plan import Plan
 from osdp_sim.planner.dp import Engine, Finished
+from osdp_sim.planner.front import FrontStairs
 from osdp_sim.planner.keygraph import GraphCaps
 from osdp_sim.planner.keystore import KeyStore
 from osdp_sim.planner.mbbound import MicroBatchBounds, floors, least_resident_bytes, micro_batch_bounds
@@ -840,14 +841,17 @@ def min_peak(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSp
 def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = SearchSpace(), *,
                  mem_range: tuple[float, float] | None = None, progress: bool = False,
                  deadline: float | None = None,
-                 time_limit_s: float | None = DEFAULT_PARETO_TIME_LIMIT_S) -> ParetoResult:
+                 time_limit_s: float | None = DEFAULT_PARETO_TIME_LIMIT_S,
+                 front_lines: bool = True) -> ParetoResult:
     """Every (peak memory, samples/s) trade-off of the space at once: the DP of each
     configuration with no memory limit (or mem_range's upper end) keeps, per key, every label
     not dominated in (time, memory), so its complete plans contain the whole front; a label is
     also dropped when a plan already found uses no more memory and is at least as fast. Each
     front point is what search() returns with that point's peak as the limit. deadline
     (time.perf_counter()): stop then; the result is of the configurations done (proven False).
-    time_limit_s (default DEFAULT_PARETO_TIME_LIMIT_S, None: none) bounds it from the call as well."""
+    time_limit_s (default DEFAULT_PARETO_TIME_LIMIT_S, None: none) bounds it from the call as well.
+    front_lines False: a label is tested against the front at its memory bound only, not by each
+    line of its time bound (front.py); the same front, for bench/pareto_lines.py's A/B."""
     deadline = earlier_deadline(deadline, time_limit_s)
     t0 = time.perf_counter()
     lo, hi = mem_range if mem_range is not None else (0.0, float(hw.device.usable_memory_bytes))
@@ -878,24 +882,13 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
     # there (mingpt-48l-1536 without splits: 172 s against 231 s smallest first, 683 points both)
     for c in sorted(cfgs, key=lambda c: (-c.config.micro_batch, c.config.shard_group, c.config.root)):
         eng = engines[id(c)]
-        samples = c.problem.samples
-
-        def thr_fn(mem_lb, fp=front_peak, fs=front_sps, samples=samples):
-            if len(fp) == 0:
-                return np.full(len(mem_lb), np.inf)
-            p = np.maximum(np.asarray(mem_lb, dtype=float), 0.0) * MEM_Q
-            peak = p + p * hw.memory.fragmentation + hw.memory.context_bytes
-            i = np.searchsorted(fp, peak, side="right") - 1
-            sps = np.where(i >= 0, fs[np.maximum(i, 0)], 0.0)
-            out = np.full(len(sps), np.inf)
-            ok = sps > 0
-            out[ok] = samples / sps[ok] / TIME_Q
-            return out
-
+        stairs = FrontStairs.of(front_peak, front_sps, c.problem.samples, pq_max, hw.memory.fragmentation,
+                                hw.memory.context_bytes)
         if deadline is not None and time.perf_counter() > deadline:
             proven = False
             break
-        r = eng.run(pq_max=pq_max, thr_fn=thr_fn, deadline=deadline)
+        r = (eng.run(pq_max=pq_max, front=stairs, deadline=deadline) if front_lines else
+             eng.run(pq_max=pq_max, thr_fn=stairs.threshold, deadline=deadline))
         nodes += r.stats.nodes
         if not r.complete:
             proven = False

@@ -26,6 +26,7 @@ import numpy as np
 from osdp_sim.costmodel.fast import mlp_first, start_label
 from osdp_sim.costmodel.lowering import optimizer_temp_sums
 from osdp_sim.planner.bounds import Bounds
+from osdp_sim.planner.front import FrontStairs, lambda_pruned
 from osdp_sim.planner.keygraph import GraphCaps, KeyGraph, Timeout, TooLarge, lambda_grid
 from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp, KeyStore
 from osdp_sim.planner.labels import (DT, NCOL, OPT, S_N, T, Table, U, expand, label_row, peaks, run_starts, sort_by_key,
@@ -98,6 +99,7 @@ class Engine:
         self.bounds = Bounds(pb, self.positions)
         self.arenas = self.store.arenas             # slot class -> TableArena (tables.py), shared
         self._key_terms_at: dict = {}               # slot -> (key ids ascending, their key_terms)
+        self._front_sm: dict = {}                   # _front_pruned's suffix maxima of the front last seen
         self.single: dict = {}                      # (key id, slot class, code) -> path()'s stage: (new key id, deltas)
         self._sids = [[self.store.steps_id(o.steps) for o in opts] for opts in pb.shapes]
         self._sid_embed = self.store.steps_id((pb.root.embed,))
@@ -353,15 +355,19 @@ class Engine:
     def run(self, *, thr_q: float = float("inf"), pq_max: float = float("inf"), top_k: int = 1,
             deadline: float | None = None, keep_finished: bool = True,
             beam: int | None = None, thr_fn=None, memory_only: bool = False,
-            max_nodes: int | None = None) -> DPResult:
+            max_nodes: int | None = None, front: FrontStairs | None = None) -> DPResult:
         """Labels whose time bound is >= thr_q or whose memory bound exceeds pq_max are pruned.
         beam: keep only that many labels (least time bound first) per decision: a heuristic, not
         exact; the search uses it to find an incumbent. thr_fn(mem_lb) -> per-label time
         threshold (the Pareto search: a label is pruned when a known plan of no more memory is
-        at least as fast). memory_only: dominance ignores time (least-peak search). max_nodes:
+        at least as fast). front: the Pareto search's plans found so far (front.py), which prune
+        a label by its memory bound's threshold and by each line of its time bound (in place of
+        thr_fn). memory_only: dominance ignores time (least-peak search). max_nodes:
         stop (incomplete) once more labels than that were created: a deterministic budget."""
         t0 = time.perf_counter()
         stats = DPStats()
+        if front is not None:
+            thr_fn = front.threshold
         graph = self.graph_for(pq_max, thr_q if thr_fn is None else float("inf"))
         L, K = self.start()
         M = K.copy()                                            # merged ids (merged.py): the start's own
@@ -374,7 +380,7 @@ class Engine:
                 return DPResult([], stats, False, lb, time.perf_counter() - t0)
             try:
                 L2, K2, parent, code, M2 = self._expand(g, L, K, thr_q, pq_max, top_k, stats, beam, thr_fn,
-                                                        memory_only, deadline, graph, M)
+                                                        memory_only, deadline, graph, M, front)
             except _Timeout:
                 lb = self._open_bound(g, L, K, pq_max, graph, M)
                 return DPResult([], stats, False, lb, time.perf_counter() - t0)
@@ -457,7 +463,7 @@ class Engine:
         return Finished(t_q, peak_q, attn, mlp, ck)
 
     def _expand(self, g, L, K, thr_q, pq_max, top_k, stats, beam=None, thr_fn=None, memory_only=False,
-                deadline=None, graph=None, M=None):
+                deadline=None, graph=None, M=None, front=None):
         """Labels L at slot g (keys K, merged ids M) through its decision: (labels, keys, parent
         rows, codes, merged ids) of those kept, at slot g + 1."""
         m = self.pb.m
@@ -485,6 +491,10 @@ class Engine:
                 lb, mem_lb = self._label_bounds(g2, best, einv, KC, KM, pq_max, graph if real_graph else None,
                                                 krows[einv] if real_graph else _NO_ROWS, stop_at=thr_q)
                 bad = (lb >= thr_q) | (mem_lb > pq_max)
+                if front is not None:
+                    bad |= (lb >= front.threshold(mem_lb)) | self._front_pruned(
+                        g2, front, best, einv, KC, mem_lb, graph if real_graph else None,
+                        krows[einv] if real_graph else _NO_ROWS)
                 NK[rows[bad], cols[bad]] = -1
             entry_key = np.full(NK.shape, -1, dtype=np.int64)
             entry_key[rows, cols] = einv
@@ -508,9 +518,15 @@ class Engine:
                 C[:, T] = 0
             return self._beam(C, CK, CP, CC, CM, LB, beam, stats)
         if not last and len(C):
-            lb, mem_lb = self.lower_bounds(g2, C, CK, pq_max, graph, CM)
+            ukey, kinv = unique_inverse(CK)
+            KC, KM = self._key_terms(g2, ukey)
+            use_graph = graph is not None and (graph.view is None or CM is not None)
+            lrows = graph.rows_of(g2, CK if graph.view is None else CM) if use_graph else _NO_ROWS
+            lb, mem_lb = self._label_bounds(g2, C, kinv, KC, KM, pq_max, graph if use_graph else None, lrows)
             ok_mem = mem_lb <= pq_max
             ok_t = lb < (thr_fn(mem_lb) if thr_fn is not None else thr_q)
+            if front is not None:
+                ok_t &= ~self._front_pruned(g2, front, C, kinv, KC, mem_lb, graph if use_graph else None, lrows)
             LB = mem_lb if memory_only else lb
             stats.pruned_memory += int(np.count_nonzero(~ok_mem))
             stats.pruned_bound += int(np.count_nonzero(ok_mem & ~ok_t))
@@ -535,6 +551,27 @@ class Engine:
         stats.dominated += int(len(C) - np.count_nonzero(keepmask))
         C, CK, CP, CC, LB, CM = C[keepmask], CK[keepmask], CP[keepmask], CC[keepmask], LB[keepmask], CM[keepmask]
         return self._beam(C, CK, CP, CC, CM, LB, beam, stats)
+
+    def _front_pruned(self, g, front, C, kinv, KC, mem_lb, graph, rows):
+        """front.lambda_pruned of labels C at slot g (kinv: their rows of the key terms KC; graph
+        not None: read at their rows `rows`), the suffix maxima computed once per front and lambdas."""
+        j_lam, _pq, _finite, m_margin, t_margin, H, lams, _Mg, use_graph = self._bound_args(float("inf"), graph, g)
+        cache = self._front_sm
+        if cache.get("front") is not front:
+            cache.clear()
+            cache["front"] = front
+        sm_r = cache.get("r")
+        if sm_r is None:
+            sm_r = cache["r"] = front.suffix_max(j_lam)
+        sm_g = _NO_H
+        if use_graph:
+            sm_g = cache.get(id(graph.lams))
+            if sm_g is None:
+                sm_g = cache[id(graph.lams)] = front.suffix_max(lams)
+        step = front.step_of(mem_lb)
+        return lambda_pruned(np.ascontiguousarray(C, dtype=np.int64), _int64(step), _int64(kinv),
+                             np.asarray(KC, dtype=np.float64), j_lam, sm_r, _int64(rows), H, lams, sm_g, use_graph,
+                             m_margin, t_margin)
 
     @staticmethod
     def _beam(C, CK, CP, CC, CM, LB, beam, stats):
