@@ -277,12 +277,19 @@ class Engine:
         graph: a KeyGraph valid for this limit and the caller's threshold (graph_for) to tighten
         them with; a graph over merged keys (merged.py) is read at the labels' own merged ids CM
         (without them it is not used)."""
+        kinv, KC, KM, graph, rows = self._bound_inputs(g, CK, graph, CM)
+        return self._label_bounds(g, C, kinv, KC, KM, pq_max, graph, rows)
+
+    def _bound_inputs(self, g: int, CK: np.ndarray, graph: KeyGraph | None, CM: np.ndarray | None):
+        """(kinv, KC, KM, graph, rows) for labels of keys CK at slot g: each label's row of the
+        key terms KC (keys, J) and KM (keys,), and the graph with the labels' rows in it (None,
+        no rows, where it cannot be read: a merged graph without merged ids CM)."""
         ukey, kinv = unique_inverse(CK)
-        KC, KM = self._key_terms(g, ukey)                             # (keys, J), (keys,)
-        use_graph = graph is not None and (graph.view is None or CM is not None)
+        KC, KM = self._key_terms(g, ukey)
+        if graph is None or (graph.view is not None and CM is None):
+            return kinv, KC, KM, None, _NO_ROWS
         # both bounds are valid; the graph's is the tighter one almost everywhere
-        rows = graph.rows_of(g, CK if graph.view is None else CM) if use_graph else _NO_ROWS
-        return self._label_bounds(g, C, kinv, KC, KM, pq_max, graph if use_graph else None, rows)
+        return kinv, KC, KM, graph, graph.rows_of(g, CK if graph.view is None else CM)
 
     def _bound_args(self, pq_max: float, graph: KeyGraph | None, g: int):
         """The arguments of labelbounds.label_bounds and labelsettle.settle after the labels and
@@ -518,15 +525,12 @@ class Engine:
                 C[:, T] = 0
             return self._beam(C, CK, CP, CC, CM, LB, beam, stats)
         if not last and len(C):
-            ukey, kinv = unique_inverse(CK)
-            KC, KM = self._key_terms(g2, ukey)
-            use_graph = graph is not None and (graph.view is None or CM is not None)
-            lrows = graph.rows_of(g2, CK if graph.view is None else CM) if use_graph else _NO_ROWS
-            lb, mem_lb = self._label_bounds(g2, C, kinv, KC, KM, pq_max, graph if use_graph else None, lrows)
+            kinv, KC, KM, lgraph, lrows = self._bound_inputs(g2, CK, graph, CM)
+            lb, mem_lb = self._label_bounds(g2, C, kinv, KC, KM, pq_max, lgraph, lrows)
             ok_mem = mem_lb <= pq_max
             ok_t = lb < (thr_fn(mem_lb) if thr_fn is not None else thr_q)
             if front is not None:
-                ok_t &= ~self._front_pruned(g2, front, C, kinv, KC, mem_lb, graph if use_graph else None, lrows)
+                ok_t &= ~self._front_pruned(g2, front, C, kinv, KC, mem_lb, lgraph, lrows)
             LB = mem_lb if memory_only else lb
             stats.pruned_memory += int(np.count_nonzero(~ok_mem))
             stats.pruned_bound += int(np.count_nonzero(ok_mem & ~ok_t))
