@@ -25,10 +25,21 @@ DEFAULT_CASES = "mingpt-48l-1536:16:1,mingpt-48l-1536:24:1,gpt2-1.5b:6:1+2+4,gpt
 
 
 def _cases(text: str):
+    """--cases as (model, blocks, splits) triples; a malformed item or an unknown model is a
+    usage error (exit 2)."""
     out = []
     for item in text.split(","):
-        name, layers, splits = item.split(":")
-        out.append((name, int(layers), tuple(int(s) for s in splits.split("+"))))
+        parts = item.split(":")
+        try:
+            if len(parts) != 3:
+                raise ValueError(item)
+            name, layers, splits = parts[0], int(parts[1]), tuple(int(s) for s in parts[2].split("+"))
+        except (IndexError, ValueError):
+            raise argparse.ArgumentTypeError(f"{item!r}: expected NAME:LAYERS:SPLITS, e.g. gpt2-1.5b:6:1+2+4")
+        if name not in BUILTIN or layers < 1 or min(splits) < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: model one of {', '.join(sorted(BUILTIN))}, "
+                                             f"layers and splits positive integers")
+        out.append((name, layers, splits))
     return out
 
 
@@ -39,10 +50,10 @@ def _front_key(r):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--time-limit", type=float, default=300.0, help="per variant and instance (s)")
-    ap.add_argument("--cases", default=DEFAULT_CASES, help="NAME:LAYERS:SPLITS (splits joined by +), comma separated")
+    ap.add_argument("--cases", type=_cases, default=_cases(DEFAULT_CASES), help="NAME:LAYERS:SPLITS (splits joined by +), comma separated")
     args = ap.parse_args()
     hw = load_profile("titan8")
-    for name, layers, splits in _cases(args.cases):
+    for name, layers, splits in args.cases:
         cfg = BUILTIN[name]
         spec = build_spec(cfg if layers == cfg.n_layers else with_overrides(cfg, n_layers=layers))
         space = SearchSpace(splits=splits)
