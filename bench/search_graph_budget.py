@@ -122,6 +122,9 @@ def main():
         graph = keygraph.KeyGraph(eng, keygraph.lambda_grid(eng.bounds.j_lam), pq, thr,
                                   caps=keygraph.GraphCaps(100_000, 10_000_000))
         t_graph = time.perf_counter() - t0
+        if len(graph.levels[-1]) == 0:
+            print(f"micro-batch {mb}: no plan fits and beats the incumbent (the key graph is empty)", flush=True)
+            continue
         L, K = eng.start()
         parts, s_from = graph_levels(eng, graph)
         width = (pq - L[0, U] - s_from[0]) / args.buckets

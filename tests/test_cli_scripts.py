@@ -14,6 +14,8 @@ CASES = [
     ("bench/search_keygraph.py", ["--hw", "nosuch.yaml"], "nosuch.yaml: file not found"),
     ("bench/search_keygraph.py", ["--root", "bad"], "root_strategies"),
     ("bench/search_keygraph.py", ["--micro-batch", "0"], "expected a positive whole number"),
+    ("bench/search_graph_budget.py", ["--buckets", "0"], "expected a positive whole number"),
+    ("bench/search_graph_budget.py", ["--root", "bad"], "root_strategies"),
     ("bench/search_bench.py", ["--time-limit", "-5"], "expected a positive, finite number"),
     ("bench/search_bench.py", ["--time-limit", "inf"], "expected a positive, finite number"),
     ("bench/search_queue_work.py", ["--abstract-graph", "1e-4,x"], "comma-separated numbers"),
