@@ -16,6 +16,7 @@ close the configurations the exact search now spends 10-15 M labels on. It is no
 
     python bench/search_graph_budget.py                       # micro-batches 6 and 7, about 15 s
     python bench/search_graph_budget.py --micro-batch 6 --buckets 4096
+    python bench/search_graph_budget.py --micro-batch 6 --staircase    # the exact bound: about 3 minutes
 """
 
 import argparse
@@ -54,6 +55,91 @@ def _budget_back(tau, s_bucket, rows, h_next):
                 if v < h[r, b]:
                     h[r, b] = v
     return h
+
+
+@compiled
+def _stair_back(tau, s, rows, nstart, ps, pt, cap):
+    """One level backward, exactly: per key r, the Pareto staircase of (S above the levels' least,
+    time-to-go) over its entries' successors' staircases shifted by the entry's (S, tau), points
+    with S over `cap` dropped. Staircases as flat (ps, pt) with row r at nstart[r]:nstart[r + 1],
+    S ascending and time descending; a last empty row for keys not kept."""
+    nk, ne = rows.shape
+    nn = nstart.shape[0] - 1
+    starts = np.zeros(nk + 2, np.int64)
+    res_s = np.empty(1 << 16)
+    res_t = np.empty(1 << 16)
+    tot = 0
+    for r in range(nk):
+        n = 0
+        for e in range(ne):
+            if rows[r, e] < nn:
+                n += nstart[rows[r, e] + 1] - nstart[rows[r, e]]
+        cs = np.empty(n)
+        ct = np.empty(n)
+        k = 0
+        for e in range(ne):
+            q = rows[r, e]
+            if q >= nn:
+                continue
+            for i in range(nstart[q], nstart[q + 1]):
+                v = ps[i] + s[r, e]
+                if v <= cap:
+                    cs[k] = v
+                    ct[k] = pt[i] + tau[r, e]
+                    k += 1
+        order = np.argsort(cs[:k], kind="mergesort")
+        if tot + k > res_s.shape[0]:
+            m = max(2 * res_s.shape[0], tot + k)
+            a = np.empty(m)
+            a[:tot] = res_s[:tot]
+            res_s = a
+            b = np.empty(m)
+            b[:tot] = res_t[:tot]
+            res_t = b
+        best = np.inf
+        for j in range(k):
+            i = order[j]
+            if ct[i] < best:
+                best = ct[i]
+                res_s[tot] = cs[i]
+                res_t[tot] = ct[i]
+                tot += 1
+        starts[r + 1] = tot
+    starts[nk + 1] = tot
+    return starts, res_s[:tot].copy(), res_t[:tot].copy()
+
+
+def staircase_bounds(eng, graph, parts, s_from, pq, labels):
+    """The exact memory-constrained bound (no buckets) of each (slot, labels, keys) in `labels`,
+    least over the labels; S capped at pq less the least S still to come (U >= 0)."""
+    n = len(parts)
+    nl = len(graph.levels[n])
+    nstart, ps, pt = np.r_[np.arange(nl + 1), nl].astype(np.int64), np.zeros(nl), np.zeros(nl)
+    kept, t0, most = {}, time.perf_counter(), 0
+    want = {g for g, _L, _K in labels}
+    for g in range(n - 1, -1, -1):
+        D, rows, smin = parts[g]
+        tau = (eng.pb.m * D[..., DT] + D[..., OPT]).astype(np.float64)
+        nstart, ps, pt = _stair_back(tau, (D[..., S_N] - smin).astype(np.float64), rows, nstart, ps, pt,
+                                     float(pq - s_from[g]))
+        most = max(most, int(np.diff(nstart).max()))
+        if g in want:
+            kept[g] = (nstart, ps, pt)
+        if g % 16 == 0:
+            print(f"    staircases at level {g}: {len(ps)} points, at most {most} per key so far, "
+                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+    out = []
+    for g, L, K in labels:
+        nstart, ps, pt = kept[g]
+        rows = graph.rows_of(g, K)
+        best = np.inf
+        for i in range(len(L)):
+            a, z = nstart[rows[i]], nstart[rows[i] + 1]
+            j = np.searchsorted(ps[a:z], pq - L[i, U] - s_from[g], side="right")
+            if j:
+                best = min(best, L[i, T] + pt[a + j - 1])
+        out.append(best)
+    return out, time.perf_counter() - t0, most
 
 
 def graph_levels(eng: Engine, graph: keygraph.KeyGraph):
@@ -107,6 +193,8 @@ def main():
                     help="samples/s of the best plan known (the graph drops what cannot beat it); "
                          "24.35 is the search's incumbent when it builds these graphs")
     ap.add_argument("--buckets", type=positive_int, default=1024)
+    ap.add_argument("--staircase", action="store_true",
+                    help="also the exact bound without buckets (a Pareto staircase per key; minutes)")
     args = ap.parse_args()
     spec, hw = load_model(args.model), load_profile(args.hw)
     pq = _limit_q(args.mem_limit_gib * 2**30, hw)
@@ -137,10 +225,15 @@ def main():
             D, NKT, CODE = eng.tables(K, g)
             L, K, _p, _c, _j = expand(L, np.arange(len(L)), D, NKT, CODE, eng.pb.m, eng.pm_sum)
             labels.append((g + 1, L, K))
-        for g, L, K in (labels[0], labels[2]):
+        read = (labels[0], labels[2])
+        for g, L, K in read:
             lag, budget = bounds_at(eng, graph, L, K, g, pq, h[g], s_from, width)
             where = "first decision" if g == 0 else f"after the last block ({len(L)} labels)"
             print(f"  {where}: lagrangian {sps(lag):.3f}, graph budget {sps(budget):.3f} samples/s", flush=True)
+        if args.staircase:
+            exact, secs, most = staircase_bounds(eng, graph, parts, s_from, pq, read)
+            print(f"  exact staircases ({secs:.1f} s, at most {most} points per key): first decision "
+                  f"{sps(exact[0]):.3f}, after the last block {sps(exact[1]):.3f} samples/s", flush=True)
 
 
 if __name__ == "__main__":
