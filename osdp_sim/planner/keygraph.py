@@ -36,7 +36,8 @@ import numpy as np
 from osdp_sim.planner.labels import T, expand, peaks
 from osdp_sim.planner.merged import MergedView
 
-N_LAMBDA = 24
+N_LAMBDA = 32
+LAMBDA_WIDEN = 2.0       # the grid spans the breakpoints' range widened this much each way
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,15 @@ class TooLarge(Exception):
 
 
 def lambda_grid(j_lam: np.ndarray) -> np.ndarray:
-    """0 and a geometric grid spanning the breakpoints of the separable bound (bounds.py,
-    j_lam), widened 4x each way: every lambda >= 0 gives a valid bound; these are where the
-    largest ones lie."""
+    """0 and a geometric grid of N_LAMBDA points spanning the breakpoints of the separable bound
+    (bounds.py, j_lam), widened LAMBDA_WIDEN x each way: every lambda >= 0 gives a valid bound;
+    these are where the largest ones lie. The bound is a maximum over the grid, so its spacing
+    is what it loses against the best lambda (docs/benchmarks.md, 2026-12-06: 24 points widened
+    4x left micro-batches of mingpt-48l-1536 and -2048 open that 32 widened 2x rule out)."""
     pos = j_lam[j_lam > 0]
     if len(pos) == 0:
         return np.zeros(1)
-    return np.concatenate([[0.0], np.geomspace(pos.min() / 4.0, pos.max() * 4.0, N_LAMBDA)])
+    return np.concatenate([[0.0], np.geomspace(pos.min() / LAMBDA_WIDEN, pos.max() * LAMBDA_WIDEN, N_LAMBDA)])
 
 
 def _merge_min(C: np.ndarray, CK: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
