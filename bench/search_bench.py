@@ -18,7 +18,8 @@ import argparse
 import sys
 import time
 
-from osdp_sim.cli.common import positive_float, run_script
+import osdp_sim.planner.keygraph as keygraph
+from osdp_sim.cli.common import positive_float, positive_int, run_script
 from osdp_sim.hardware.load import load_profile
 from osdp_sim.model.config import ModelConfig
 from osdp_sim.model.families import BUILTIN
@@ -91,7 +92,12 @@ def main():
     ap.add_argument("--targets", action="store_true",
                     help="the issue-17 instances (every split, the three 48-layer models, the fronts) and a "
                          "target line each")
+    ap.add_argument("--lambda-points", type=positive_int, default=keygraph.N_LAMBDA,
+                    help="points of the key graph's lambda grid (keygraph.N_LAMBDA)")
+    ap.add_argument("--lambda-widen", type=positive_float, default=keygraph.LAMBDA_WIDEN,
+                    help="how far the grid reaches past the bound's breakpoints each way (keygraph.LAMBDA_WIDEN)")
     args = ap.parse_args()
+    keygraph.N_LAMBDA, keygraph.LAMBDA_WIDEN = args.lambda_points, args.lambda_widen
     hw = load_profile("titan8")
     full = SearchSpace()
     spaces = [("splits 1 (3 choices per group)", SearchSpace(splits=(1,)))]

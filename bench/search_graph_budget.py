@@ -195,7 +195,12 @@ def main():
     ap.add_argument("--buckets", type=positive_int, default=1024)
     ap.add_argument("--staircase", action="store_true",
                     help="also the exact bound without buckets (a Pareto staircase per key; minutes)")
+    ap.add_argument("--lambda-points", type=positive_int, default=keygraph.N_LAMBDA,
+                    help="points of the key graph's lambda grid (keygraph.N_LAMBDA)")
+    ap.add_argument("--lambda-widen", type=positive_float, default=keygraph.LAMBDA_WIDEN,
+                    help="how far the grid reaches past the bound's breakpoints each way (keygraph.LAMBDA_WIDEN)")
     args = ap.parse_args()
+    keygraph.N_LAMBDA, keygraph.LAMBDA_WIDEN = args.lambda_points, args.lambda_widen
     spec, hw = load_model(args.model), load_profile(args.hw)
     pq = _limit_q(args.mem_limit_gib * 2**30, hw)
     print(f"{args.model} on {args.hw}, {args.mem_limit_gib:g} GiB, root {args.root}, every split with "

@@ -18,6 +18,8 @@ CASES = [
     ("bench/search_graph_budget.py", ["--root", "bad"], "root_strategies"),
     ("bench/search_bench.py", ["--time-limit", "-5"], "expected a positive, finite number"),
     ("bench/search_bench.py", ["--time-limit", "inf"], "expected a positive, finite number"),
+    ("bench/search_bench.py", ["--lambda-points", "0"], "expected a positive whole number"),
+    ("bench/search_graph_budget.py", ["--lambda-widen", "-1"], "expected a positive, finite number"),
     ("bench/search_queue_work.py", ["--abstract-graph", "1e-4,x"], "comma-separated numbers"),
     ("bench/pareto_depth.py", ["--layers", "8,0"], "expected a positive whole number"),
     ("bench/search_diagnostics.py", ["--seconds", "0"], "expected a positive, finite number"),

@@ -67,8 +67,9 @@ def lambda_grid(j_lam: np.ndarray) -> np.ndarray:
     """0 and a geometric grid of N_LAMBDA points spanning the breakpoints of the separable bound
     (bounds.py, j_lam), widened LAMBDA_WIDEN x each way: every lambda >= 0 gives a valid bound;
     these are where the largest ones lie. The bound is a maximum over the grid, so its spacing
-    is what it loses against the best lambda (docs/benchmarks.md, 2026-12-06: 24 points widened
-    4x left micro-batches of mingpt-48l-1536 and -2048 open that 32 widened 2x rule out)."""
+    is what it loses against the best lambda (docs/benchmarks.md, 2026-12-06: 32 points widened
+    2x rule out mingpt-48l-1536's micro-batches 5 and 6, which 24 widened 4x left open, and cut
+    mingpt-48l-2048's nodes 127 M -> 45 M)."""
     pos = j_lam[j_lam > 0]
     if len(pos) == 0:
         return np.zeros(1)
