@@ -564,10 +564,11 @@ class _Search:
                                                  c.config.shard_group, c.config.root))
 
     def exact_searches(self, cfgs: list) -> None:
-        """The exact search of each configuration that may still beat the incumbent. Without a
-        time limit, one left with the merged graph or none first gets the real-key graph once
-        more with SearchTuning.no_limit_caps_factor times the caps (the relaxed bounds alone may not end on
-        communication-bound chains; the merged graph prunes memory less)."""
+        """The exact search of each configuration that may still beat the incumbent. One left
+        with the merged graph or none first gets the real-key graph once more with
+        SearchTuning.retry_caps_factor times the caps, under a time limit within
+        SearchTuning.retry_time_fraction of the time left (the relaxed bounds alone may not end
+        on communication-bound chains; the merged graph prunes memory less)."""
         for i, c in enumerate(cfgs):
             best_k = self.goal()
             if c.ub_sps <= best_k:
@@ -576,18 +577,25 @@ class _Search:
                 self.stop_at(cfgs[i:], best_k)
                 break
             merged = c.engine.graph is not None and c.engine.graph.view is not None
-            if self.deadline is None and (c.config in self.over_caps or merged):
-                bigger = self.graph_caps.scaled(self.tuning.no_limit_caps_factor)
-                self.say(f"no time limit: key graph again with caps {bigger.max_level_keys} keys per level, "
-                         f"{bigger.max_stage_sims} stage simulations", c)
-                if c.engine.build_graph(self.pq_max, _thr_q(c, best_k), None, bigger,
-                                        merged_ok=not merged) == "built":
+            if c.config in self.over_caps or merged:
+                bigger = self.graph_caps.scaled(self.tuning.retry_caps_factor)
+                now = time.perf_counter()
+                until = None if self.deadline is None else \
+                    now + self.tuning.retry_time_fraction * max(0.0, self.deadline - now)
+                self.say(f"key graph again with caps {bigger.max_level_keys} keys per level, "
+                         f"{bigger.max_stage_sims} stage simulations"
+                         + ("" if until is None else f", within {until - now:.1f} s"), c)
+                built = c.engine.build_graph(self.pq_max, _thr_q(c, best_k), until, bigger, merged_ok=not merged)
+                if built == "built":
                     self.over_caps.discard(c.config)
                     self.bound_by_graph(c, best_k)
                     self.say_graph(c)
                     if c.ub_sps <= best_k:
                         c.ub_sps = 0.0                           # ruled out by its graph
                         continue
+                else:
+                    self.say(f"the larger key graph: {'not built in its share of the time' if built == 'deadline' else built}"
+                             f"; searched with {'the merged graph' if merged else 'the relaxed bounds'}", c)
             self.per_mb[c.config.micro_batch].bound_only = False
             r = self.run(c, best_k, top_k=self.top_k)
             self.searched += 1

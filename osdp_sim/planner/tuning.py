@@ -53,10 +53,16 @@ class SearchTuning:
     deeper gains little (24.96 after two blocks, 24.93 after four) at a steep cost
     (docs/search.md, "The algorithm")."""
 
-    no_limit_caps_factor: int = 10
-    """Without a time limit, a configuration whose key graph passed its caps (or has only the
-    merged one) gets the real-key graph once more with caps this many times larger: the relaxed
-    bounds alone may not end on communication-bound chains (docs/search.md, step 3)."""
+    retry_caps_factor: int = 10
+    """A configuration left for its exact search with the merged key graph or none gets the
+    real-key graph once more with caps this many times larger: the relaxed bounds alone may not
+    end on communication-bound chains, and the merged graph prunes memory less (mingpt-48l-2048
+    at micro-batch 4: 44 M labels over its merged graph, 2.7 M over the real one;
+    docs/search.md, step 5)."""
+
+    retry_time_fraction: float = 0.5
+    """Under a time limit, the share of the time left that this second graph may take; past it
+    the configuration is searched with the graph it has."""
 
     first_round_micro_batches: int = 64
     """A space with at most this many micro-batches is listed at once; beyond, the first round
