@@ -122,6 +122,21 @@ def test_graph_caps_reach_the_search(capsys, monkeypatch):
     assert json.loads(out3)["predicted"] == json.loads(out)["predicted"]
 
 
+def test_the_larger_graph_has_its_share_of_the_time_limit(capsys, monkeypatch):
+    # no share of the time left for the second, larger graph: the configuration is searched with
+    # what it has, and the optimum is the same
+    import osdp_sim.planner.bnb as bnb
+    argv = TINY[:-2] + ["--micro-batch", "2", "--mem-limit", "50MiB", "--json", "--graph-max-keys", "1"]
+    monkeypatch.setattr(bnb, "TUNING", replace(bnb.TUNING, probe_nodes=0))
+    rc, out, err = run(argv, capsys)
+    monkeypatch.setattr(bnb, "TUNING", replace(bnb.TUNING, probe_nodes=0, retry_time_fraction=0.0))
+    rc2, out2, err2 = run(argv, capsys)
+    assert rc == rc2 == 0 and "within 0.0 s" in err2
+    assert "the larger key graph: not built in its share of the time; searched with the relaxed bounds" in err2
+    assert json.loads(out2)["search"]["optimal"] is True
+    assert json.loads(out2)["predicted"] == json.loads(out)["predicted"]
+
+
 def test_gap_tolerance_reaches_the_search(capsys):
     argv = TINY + ["--mem-limit", "400MiB", "--json"]
     rc, out, err = run(argv + ["--gap", "20"], capsys)
