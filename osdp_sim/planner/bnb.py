@@ -474,7 +474,7 @@ class _Search:
                 continue
             attn = [idx[plan.choices[ka]] for ka, _km in c.problem.keys]
             mlp = [idx[plan.choices[km]] for _ka, km in c.problem.keys]
-            _p, (t_q, peak_q) = c.engine.path(attn, mlp, list(plan.checkpoint))
+            t_q, peak_q = c.engine.path_end(attn, mlp, list(plan.checkpoint))
             self.add(c, [Finished(t_q, peak_q, attn, mlp, list(plan.checkpoint))])
         return added
 
@@ -702,7 +702,7 @@ def _uniform_finished(pb: Problem, eng: Engine) -> list:
     fins = []
     for i in range(len(pb.choices)):
         for ck in pb.ckpt_options:
-            _path, (t_q, peak_q) = eng.path([i] * nb, [i] * nb, [ck] * nb)
+            t_q, peak_q = eng.path_end([i] * nb, [i] * nb, [ck] * nb)
             fins.append(Finished(t_q, peak_q, [i] * nb, [i] * nb, [ck] * nb))
     return fins
 

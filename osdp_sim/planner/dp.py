@@ -404,7 +404,18 @@ class Engine:
 
     def path(self, attn: list[int], mlp: list[int], ckpt: list[bool]):
         """One plan through the same tables: [(slot, label row (1, NCOL), key id)] and the final
-        (t_q, peak_q). The uniform plans' incumbents (bnb.py), and tests of the bounds and tables."""
+        (t_q, peak_q) (path_end). For tests of the bounds and tables."""
+        Ls, kids = self._path_labels(attn, mlp, ckpt)
+        return [(g, Ls[g:g + 1], k) for g, k in enumerate(kids)], (int(Ls[-1, T]), int(peaks(Ls[-1:])[0]))
+
+    def path_end(self, attn: list[int], mlp: list[int], ckpt: list[bool]) -> tuple[int, int]:
+        """The final (t_q, peak_q) of one plan through the same tables: the uniform plans'
+        incumbents and the nested search's plans (bnb.py)."""
+        Ls, _kids = self._path_labels(attn, mlp, ckpt)
+        return int(Ls[-1, T]), int(peaks(Ls[-1:])[0])
+
+    def _path_labels(self, attn: list[int], mlp: list[int], ckpt: list[bool]):
+        """The labels (one row per slot and the last) of one plan and the key id at each slot."""
         from osdp_sim.planner.labelfold import update_chain
         pb = self.pb
         L, K = self.start()
@@ -421,9 +432,7 @@ class Engine:
             kid = hit[0]
             deltas.append(hit[1])
         D = np.array(deltas, dtype=np.int64).reshape(len(deltas), 1, -1)
-        Ls = update_chain(L, D, int(pb.m), bool(self.pm_sum))
-        out = [(g, Ls[g:g + 1], k) for g, k in enumerate(kids)]
-        return out, (int(Ls[-1, T]), int(peaks(Ls[-1:])[0]))
+        return update_chain(L, D, int(pb.m), bool(self.pm_sum)), kids
 
     def frontier_bound(self, depth: int, *, pq_max: float = float("inf"), thr_q: float = float("inf"),
                        top_k: int = 1, max_labels: int = 20000) -> tuple[float, int]:
