@@ -101,7 +101,7 @@ class KeyStore:
         words = left.view(np.int64) if left.size else np.zeros((0, 1), dtype=np.int64)
         pend_nos, begin, end = (np.ascontiguousarray(a, dtype=np.int64) for a in (pend_nos, begin, end))
         h = _queue_hashes(words, pend_nos, begin, end)
-        _uh, first, inv = np.unique(h, return_index=True, return_inverse=True)
+        _, first, inv = np.unique(h, return_index=True, return_inverse=True)
         inv = inv.reshape(-1)
         if not _same_as_first(words, pend_nos, begin, end, first[inv]):
             return self.intern_new_keys_each(keys, wrap, choice, pend_nos, left, begin, end)
