@@ -62,7 +62,7 @@ _NO_ITEMS = np.empty((0, ICOLS))
 NO_TASKS = pack([])
 
 
-@compiled
+@compiled(inline=True)
 def _push(ev_t, ev_o, ev_k, ev_d, ne, t, o, kind, d):
     """Append the event (time, after, kind, delta) at row ne; returns the next free row."""
     ev_t[ne] = t
@@ -72,7 +72,7 @@ def _push(ev_t, ev_o, ev_k, ev_d, ne, t, o, kind, d):
     return ne + 1
 
 
-@compiled
+@compiled(inline=True)
 def _item(queue, items, ib, nq, k):
     """Item k of queue[:nq] + items[ib:]: (remaining, alloc_at_start, free_at_end, alloc_at_end,
     work, started, ready_at_end); a new item has its whole work left and has not started."""
@@ -246,7 +246,7 @@ def _fold_tasks(head_f, head_i, head_items, tail_f, tail_i, tail_items, s, dt0, 
     return dt, y, o_y, o_m1, o_m2, buf_a, nq
 
 
-@compiled
+@compiled(inline=True)
 def _scratch(cap):
     """_fold_tasks's scratch for queues of up to cap rows: two queue buffers and the event rows."""
     ne_max = 3 + 3 * cap + 1
@@ -262,7 +262,9 @@ def run_tasks(queue, head_f, head_i, head_items, tail_f, tail_i, tail_items, s, 
     and the max of the events of tasks[split:] (-inf where there are none, and the offset when
     split is the number of tasks), the queue left)."""
     buf_a, buf_b, ev_t, ev_o, ev_k, ev_d = _scratch(queue.shape[0] + head_items.shape[0] + tail_items.shape[0] + 1)
-    buf_a[:queue.shape[0]] = queue
+    for r in range(queue.shape[0]):           # element by element: a slice assignment compiles its
+        for col in range(QCOLS):              # shape-mismatch message (string formatting), seconds
+            buf_a[r, col] = queue[r, col]     # on a fresh machine
     dt, y, o_y, o_m1, o_m2, left, nq = _fold_tasks(head_f, head_i, head_items, tail_f, tail_i, tail_items, s, dt0,
                                                    y0, split, buf_a, queue.shape[0], buf_b, ev_t, ev_o, ev_k, ev_d)
     return dt, y, o_y, o_m1, o_m2, left[:nq].copy()

@@ -12,7 +12,7 @@ from osdp_sim.planner.labels import (D_V, D_Y, DT, G_A, M1, M2, NCOL, NDELTA, NE
                                      O_Y, OPT, P_A, PM, S_N, T, U, V, Y)
 
 
-@compiled
+@compiled(inline=True)
 def _apply_row(L, i, D, r, j, m, pm_sum, C, o):
     """C[o] = fast.apply(L[i], D[r, j]) (D as (rows, cols, NDELTA))."""
     C[o, T] = L[i, T] + m * D[r, j, DT] + D[r, j, OPT]
@@ -56,7 +56,8 @@ def update_chain(L0, D, m, pm_sum):
     each and after the last, (n + 1, NCOL)."""
     n = D.shape[0]
     C = np.empty((n + 1, L0.shape[1]), dtype=np.int64)
-    C[0] = L0[0]
+    for col in range(L0.shape[1]):            # not C[0] = L0[0]: see fold.run_tasks
+        C[0, col] = L0[0, col]
     for i in range(n):
         _apply_row(C, i, D, i, 0, m, pm_sum, C, i + 1)
     return C

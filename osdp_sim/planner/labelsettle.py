@@ -68,7 +68,8 @@ def _sort_run(C, order, lo, hi, first_col, buf):
         in_buf = not in_buf
         width *= 2
     if in_buf:
-        order[lo:hi] = buf[lo:hi]
+        for i in range(lo, hi):
+            order[i] = buf[i]
 
 
 @compiled
@@ -139,7 +140,8 @@ def settle(C, kinv, rows, KC, KM, j_lam, pq_max, finite, m_margin, t_margin, H, 
     nseg = 0
     starts = np.empty(nlive, dtype=np.int64)
     for o in range(nlive):
-        Cs[o] = C[order[o]]
+        for col in range(C.shape[1]):        # not Cs[o] = C[...]: see fold.run_tasks
+            Cs[o, col] = C[order[o], col]
         if o == 0 or kinv[order[o]] != kinv[order[o - 1]]:
             starts[nseg] = o
             nseg += 1

@@ -111,6 +111,7 @@ def run_rows(store, keys: np.ndarray, inner: list[int], recipes: list[RowRecipe]
     Q = np.concatenate(queues) if ends[-1] else np.zeros((0, QCOLS))
     P = np.stack([r.plan_ids(store, cols) for r in recipes])
     kk, ee = np.nonzero(P >= 0)
+    kk = np.ascontiguousarray(kk)          # nonzero's may be strided: one compiled signature, not two
     job_plan = P[kk, ee]
     pl = store.plans
     D, left, lb, le = run_stages(Q, ends - lens, ends, kk, job_plan, pl.tasks_f, pl.tasks_i, pl.items, pl.plan_f,
