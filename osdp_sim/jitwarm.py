@@ -43,7 +43,6 @@ ENTRY_POINTS = {
     "osdp_sim.planner.bounds._hull_slopes_sorted": "(float64[::1], float64[::1], int64[::1])",
 }
 
-MODULES = sorted({name.rsplit(".", 1)[0] for name in ENTRY_POINTS})
 _started = False
 
 
