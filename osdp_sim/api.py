@@ -97,6 +97,7 @@ def search(model, hardware, mem_limit: str | int | float, *, time_limit_s: float
     capped limit, or bytes) is left free below it, as --headroom. The result is planner.bnb.search's
     with the uniform baselines and the OSDP knapsack DP's plan filled (when a plan was found)."""
     from osdp_sim.planner.baselines import all_baselines
+    from osdp_sim.planner.beside import Beside
     from osdp_sim.planner.bnb import search as _search
     from osdp_sim.planner.budget import Budget
     spec, hw = load_model(model), load_profile(hardware)
@@ -107,10 +108,13 @@ def search(model, hardware, mem_limit: str | int | float, *, time_limit_s: float
         raise UserError("give a SearchSpace or its fields, not both", field="space")
     space = space or SearchSpace(**space_fields)
     budget = Budget(time_limit_s)
+    beside = Beside(all_baselines, spec, hw, limit, space, deadline=budget.deadline) if baselines else None
     res = _search(spec, hw, limit, space, time_limit_s=budget.search_share(), top_k=top_k, rel_gap=rel_gap)
     found = {}
-    if baselines and res.plan is not None:
-        found = all_baselines(spec, hw, limit, space, deadline=budget.deadline)
+    if beside is not None and res.plan is not None:
+        found = beside.result()
+    elif beside is not None:
+        beside.cancel()
     return replace(res, baselines=found, headroom_bytes=room)
 
 
