@@ -4,6 +4,7 @@ when that cannot pay or the process fails."""
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -70,6 +71,20 @@ def test_in_the_caller_when_asked_or_the_cache_is_cold(monkeypatch):
     monkeypatch.delenv("OSDP_SIM_NO_BESIDE")
     monkeypatch.setattr(jitwarm, "is_cached", lambda name: False)
     assert not Beside(_pid_and, 1).in_process
+
+
+@TWO_CORES
+def test_in_the_caller_when_another_thread_runs(cached):
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not Beside(_pid_and, 1).in_process
+    finally:
+        stop.set()
+        other.join()
+    b = Beside(_pid_and, 1)
+    assert b.in_process and b.result()[1] == 2
 
 
 def test_the_search_command_reports_the_same_beside_or_not():

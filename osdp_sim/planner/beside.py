@@ -1,7 +1,9 @@
 """A function run in a forked process beside the caller, for work whose result the caller needs
 only later: the baselines of a search while the search runs, on the second core.
 
-It runs beside the caller only when that can pay: at least two cores free, fork available, and
+It runs beside the caller only when that can pay and is safe: at least two cores free, fork
+available, the caller's process single-threaded (a fork copies only the calling thread, so a lock
+another thread holds would stay held in the child: a notebook kernel runs it in the caller), and
 the search's compiled loops already in numba's cache (on a fresh machine the second core
 compiles them instead: jitwarm.py). Otherwise, and whenever the process fails (it dies, or its
 function raises), `result()` calls the function in the caller, so its errors reach the caller as
@@ -9,6 +11,7 @@ they would without this. The process is ended when the caller exits, or with it 
 
 import multiprocessing
 import os
+import threading
 import traceback
 
 from osdp_sim import jitwarm
@@ -57,7 +60,7 @@ class Beside:
 def _worth_it() -> bool:
     if os.environ.get("OSDP_SIM_NO_BESIDE") or jitwarm._free_cores() < 2:
         return False
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
         return False
     return all(jitwarm.is_cached(n) for n in jitwarm.ENTRY_POINTS)
 
