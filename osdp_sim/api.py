@@ -109,7 +109,12 @@ def search(model, hardware, mem_limit: str | int | float, *, time_limit_s: float
     space = space or SearchSpace(**space_fields)
     budget = Budget(time_limit_s)
     beside = Beside(all_baselines, spec, hw, limit, space, deadline=budget.deadline) if baselines else None
-    res = _search(spec, hw, limit, space, time_limit_s=budget.search_share(), top_k=top_k, rel_gap=rel_gap)
+    try:
+        res = _search(spec, hw, limit, space, time_limit_s=budget.search_share(), top_k=top_k, rel_gap=rel_gap)
+    except BaseException:
+        if beside is not None:
+            beside.cancel()
+        raise
     found = {}
     if beside is not None and res.plan is not None:
         found = beside.result()

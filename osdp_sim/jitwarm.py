@@ -62,7 +62,7 @@ def is_cached(name: str) -> bool:
         return True
 
 
-def _free_cores() -> int:
+def free_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:
@@ -74,7 +74,7 @@ def warm_in_background(names=None) -> subprocess.Popen | None:
     per process, when at least two cores are free and OSDP_SIM_NO_WARMUP is unset; it is ended
     when this process exits, should it still run. Returns it (None: not started)."""
     global _started
-    if _started or os.environ.get("OSDP_SIM_NO_WARMUP") or _free_cores() < 2:
+    if _started or os.environ.get("OSDP_SIM_NO_WARMUP") or free_cores() < 2:
         return None
     _started = True
     cold = [n for n in (ENTRY_POINTS if names is None else names) if not is_cached(n)]
@@ -86,13 +86,19 @@ def warm_in_background(names=None) -> subprocess.Popen | None:
     return proc
 
 
+def not_in_this_process() -> None:
+    """No warm-up from this process (a child of a process that starts its own)."""
+    global _started
+    _started = True
+
+
 def _end(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
 
 
-def _end_with_parent(parent_pid: int) -> bool:
+def end_with_parent(parent_pid: int) -> bool:
     """Have the kernel end this process when its parent ends (Linux); False if it already has."""
     try:
         import ctypes
@@ -104,7 +110,7 @@ def _end_with_parent(parent_pid: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or not _end_with_parent(int(argv[0])):
+    if not argv or not end_with_parent(int(argv[0])):
         return 0
     from numba.core.sigutils import normalize_signature
     for name in argv[1:]:

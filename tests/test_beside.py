@@ -14,7 +14,7 @@ from osdp_sim import jitwarm
 from osdp_sim.planner.beside import Beside
 
 ROOT = Path(__file__).resolve().parents[1]
-TWO_CORES = pytest.mark.skipif(jitwarm._free_cores() < 2, reason="runs beside the caller only with two cores free")
+TWO_CORES = pytest.mark.skipif(jitwarm.free_cores() < 2, reason="runs beside the caller only with two cores free")
 
 
 @pytest.fixture
@@ -98,9 +98,26 @@ def test_the_search_command_reports_the_same_beside_or_not():
         assert out.returncode == 0, out.stderr
         outs.append((out.stdout, out.stderr))
     (beside, beside_err), (alone, _) = outs
-    if warm and jitwarm._free_cores() >= 2:
+    if warm and jitwarm.free_cores() >= 2:
         assert "evaluated beside it" in beside_err
     table = [ln for ln in beside.splitlines() if ln.startswith("  uniform") or "per-block" in ln or "knapsack" in ln]
     assert len(table) == 7
     strip = lambda text: [ln for ln in text.splitlines() if not ln.rstrip().endswith(" s")]   # times differ
     assert strip(beside) == strip(alone)
+
+
+@TWO_CORES
+def test_what_the_caller_had_buffered_is_written_once():
+    # (multiprocessing's fork flushes the standard streams first; a bare os.fork would not)
+    code = """
+from osdp_sim import jitwarm
+from osdp_sim.planner.beside import Beside
+jitwarm.is_cached = lambda name: True
+print("buffered before the fork")          # stdout is a pipe here: block-buffered, not yet written
+b = Beside(sum, [1, 2])
+assert b.in_process and b.result() == 3
+"""
+    env = {k: v for k, v in os.environ.items() if k != "OSDP_SIM_NO_BESIDE"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("buffered before the fork") == 1, out.stdout

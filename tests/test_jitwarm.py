@@ -48,7 +48,7 @@ print(json.dumps({"compiled": {n: [str(s) for s in d.signatures] for n, d in jit
         assert compiled[name] == [sig], f"{name}: the search compiled {compiled[name]}, the table says {sig}"
 
 
-TWO_CORES = pytest.mark.skipif(jitwarm._free_cores() < 2, reason="the warm-up starts only with two cores free")
+TWO_CORES = pytest.mark.skipif(jitwarm.free_cores() < 2, reason="the warm-up starts only with two cores free")
 
 
 @TWO_CORES

@@ -195,8 +195,12 @@ def run(args) -> int:
              + (f" ({format_bytes(headroom)} headroom left free)" if headroom else "") + f": {describe_space(space, hw)} ...")
     # the baselines on the second core meanwhile, where that can pay (planner/beside.py)
     beside = Beside(all_baselines, spec, hw, limit, space, deadline=budget.deadline)
-    result = search(spec, hw, limit, space, time_limit_s=budget.search_share(), top_k=args.top_k, progress=True,
-                    graph_caps=GraphCaps(args.graph_max_keys, args.graph_max_sims), rel_gap=args.gap / 100.0)
+    try:
+        result = search(spec, hw, limit, space, time_limit_s=budget.search_share(), top_k=args.top_k, progress=True,
+                        graph_caps=GraphCaps(args.graph_max_keys, args.graph_max_sims), rel_gap=args.gap / 100.0)
+    except BaseException:
+        beside.cancel()
+        raise
     if result.plan is None:
         beside.cancel()
         if result.status == "time_limit":

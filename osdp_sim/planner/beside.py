@@ -18,6 +18,8 @@ from osdp_sim import jitwarm
 
 
 class Beside:
+    """fn(*args, **kwargs), started now and read with result() (or dropped with cancel())."""
+
     def __init__(self, fn, *args, **kwargs):
         self._call = (fn, args, kwargs)
         self._proc = self._conn = None
@@ -58,7 +60,7 @@ class Beside:
 
 
 def _worth_it() -> bool:
-    if os.environ.get("OSDP_SIM_NO_BESIDE") or jitwarm._free_cores() < 2:
+    if os.environ.get("OSDP_SIM_NO_BESIDE") or jitwarm.free_cores() < 2:
         return False
     if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
         return False
@@ -66,9 +68,9 @@ def _worth_it() -> bool:
 
 
 def _child(conn, parent_pid: int, fn, args, kwargs) -> None:
-    if not jitwarm._end_with_parent(parent_pid):
+    if not jitwarm.end_with_parent(parent_pid):
         return
-    jitwarm._started = True              # the caller starts the warm-up, should it need one
+    jitwarm.not_in_this_process()        # the caller starts the warm-up, should it need one
     try:
         out = (True, fn(*args, **kwargs))
     except BaseException:                # the caller calls it again and sees the error itself
