@@ -108,18 +108,12 @@ def search(model, hardware, mem_limit: str | int | float, *, time_limit_s: float
         raise UserError("give a SearchSpace or its fields, not both", field="space")
     space = space or SearchSpace(**space_fields)
     budget = Budget(time_limit_s)
-    beside = Beside(all_baselines, spec, hw, limit, space, deadline=budget.deadline) if baselines else None
-    try:
+    if not baselines:
         res = _search(spec, hw, limit, space, time_limit_s=budget.search_share(), top_k=top_k, rel_gap=rel_gap)
-    except BaseException:
-        if beside is not None:
-            beside.cancel()
-        raise
-    found = {}
-    if beside is not None and res.plan is not None:
-        found = beside.result()
-    elif beside is not None:
-        beside.cancel()
+        return replace(res, baselines={}, headroom_bytes=room)
+    with Beside(all_baselines, spec, hw, limit, space, deadline=budget.deadline) as beside:   # planner/beside.py
+        res = _search(spec, hw, limit, space, time_limit_s=budget.search_share(), top_k=top_k, rel_gap=rel_gap)
+        found = beside.result() if res.plan is not None else {}
     return replace(res, baselines=found, headroom_bytes=room)
 
 

@@ -194,15 +194,15 @@ def run(args) -> int:
     progress(f"searching {spec.name} on {hw.device.count} x {hw.device.name} within {format_bytes(limit)}"
              + (f" ({format_bytes(headroom)} headroom left free)" if headroom else "") + f": {describe_space(space, hw)} ...")
     # the baselines on the second core meanwhile, where that can pay (planner/beside.py)
-    beside = Beside(all_baselines, spec, hw, limit, space, deadline=budget.deadline)
-    try:
+    with Beside(all_baselines, spec, hw, limit, space, deadline=budget.deadline) as beside:
         result = search(spec, hw, limit, space, time_limit_s=budget.search_share(), top_k=args.top_k, progress=True,
                         graph_caps=GraphCaps(args.graph_max_keys, args.graph_max_sims), rel_gap=args.gap / 100.0)
-    except BaseException:
-        beside.cancel()
-        raise
+        if result.plan is not None:
+            progress(f"search {result.status} in {result.seconds:.2f} s; "
+                     + ("collecting the baselines evaluated beside it ..." if beside.in_process
+                        else "evaluating baselines ..."))
+            baselines = beside.result()
     if result.plan is None:
-        beside.cancel()
         if result.status == "time_limit":
             msg = (f"time limit reached before any plan was found (no plan can exceed "
                    f"{result.best_bound_samples_per_s:.4g} samples/s); a longer --time-limit searches further")
@@ -218,9 +218,6 @@ def run(args) -> int:
                                              headroom_bytes=headroom), indent=1))
         print(f"osdp-sim search: {msg}", file=sys.stderr)
         return 2
-    progress(f"search {result.status} in {result.seconds:.2f} s; "
-             + ("collecting the baselines evaluated beside it ..." if beside.in_process else "evaluating baselines ..."))
-    baselines = beside.result()
     for b in baselines.values():
         if b.note:
             progress(f"baseline {b.name}: {b.note}")

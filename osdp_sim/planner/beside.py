@@ -18,7 +18,8 @@ from osdp_sim import jitwarm
 
 
 class Beside:
-    """fn(*args, **kwargs), started now and read with result() (or dropped with cancel())."""
+    """fn(*args, **kwargs), started now and read with result(); as a context manager, the process
+    is ended on leaving the block unless result() was read (an error, or no result wanted)."""
 
     def __init__(self, fn, *args, **kwargs):
         self._call = (fn, args, kwargs)
@@ -30,6 +31,12 @@ class Beside:
         self._proc = ctx.Process(target=_child, args=(child_end, os.getpid(), fn, args, kwargs), daemon=True)
         self._proc.start()
         child_end.close()
+
+    def __enter__(self) -> "Beside":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cancel()
 
     @property
     def in_process(self) -> bool:
