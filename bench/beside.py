@@ -4,27 +4,16 @@ turn without (OSDP_SIM_NO_BESIDE=1), alternating, cache warm; the medians and th
     python bench/beside.py --pairs 3            # about 75 s on a 2-core machine"""
 
 import argparse
-import os
-import re
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-COMMAND = [sys.executable, "-m", "osdp_sim.cli.main", "search", "--hw", "hwprofiles/titan8.yaml", "--model",
-           "mingpt-48l-1536", "--mem-limit", "8GiB", "--time-limit", "300"]
+from readme_command import run
 
 
 def once(no_beside: bool, limit_s: float) -> tuple[float, float]:
-    env = {**os.environ, "OSDP_SIM_NO_BESIDE": "1" if no_beside else ""}
-    t0 = time.perf_counter()
-    out = subprocess.run(COMMAND, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit_s)
-    wall = time.perf_counter() - t0
-    if out.returncode != 0:
-        raise SystemExit(f"beside: the command failed:\n{out.stderr[-2000:]}")
-    return wall, float(re.search(r"search optimal in ([0-9.]+) s", out.stderr).group(1))
+    wall, search_s, _err = run(env={"OSDP_SIM_NO_BESIDE": "1" if no_beside else ""}, limit_s=limit_s)
+    return wall, search_s
 
 
 def main() -> int:

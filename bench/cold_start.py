@@ -8,44 +8,25 @@ Each commit is cloned from this repository into a temporary directory and run fr
 (PYTHONPATH), so the installed package and its cache are not touched."""
 
 import argparse
-import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-COMMAND = ["-m", "osdp_sim.cli.main", "search", "--hw", "hwprofiles/titan8.yaml", "--model", "mingpt-48l-1536",
-           "--mem-limit", "8GiB", "--time-limit", "300"]
-
-
-def run_once(tree: Path, limit_s: float) -> tuple[float, float]:
-    """(wall seconds, the search's own seconds) of the README command run from tree."""
-    t0 = time.perf_counter()
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}    # the cache beside the tree's code
-    out = subprocess.run([sys.executable, *COMMAND], cwd=tree, env={**env, "PYTHONPATH": str(tree)},
-                         capture_output=True, text=True, timeout=limit_s)
-    wall = time.perf_counter() - t0
-    if out.returncode != 0:
-        raise SystemExit(f"cold_start: the command failed in {tree}:\n{out.stderr[-2000:]}")
-    found = re.search(r"search optimal in ([0-9.]+) s", out.stderr)
-    return wall, float(found.group(1)) if found else float("nan")
+from readme_command import fresh_clone, run
 
 
 def measure(commit: str, deadline: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "tree"
-        subprocess.run(["git", "clone", "-q", str(ROOT), str(tree)], check=True)
-        subprocess.run(["git", "checkout", "-q", commit], cwd=tree, check=True)
+        tree = fresh_clone(commit, Path(tmp))
         got = {}
-        for run in ("cold", "warm"):
+        for kind in ("cold", "warm"):
             left = deadline - time.perf_counter()
             if left <= 0:
                 raise SystemExit("cold_start: out of time (--time-limit)")
-            got[run] = run_once(tree, left)
-            print(f"{commit} {run}: {got[run][0]:.1f} s wall, {got[run][1]:.1f} s of search", flush=True)
+            wall, search_s, _err = run(tree, limit_s=left)
+            got[kind] = (wall, search_s)
+            print(f"{commit} {kind}: {wall:.1f} s wall, {search_s:.1f} s of search", flush=True)
         return got
 
 

@@ -1,0 +1,36 @@
+"""The README's main command, run in a subprocess from a source tree, for the benchmarks that
+time it (cold_start.py, beside.py, compile_time.py)."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ARGS = ["search", "--hw", "hwprofiles/titan8.yaml", "--model", "mingpt-48l-1536", "--mem-limit", "8GiB",
+        "--time-limit", "300"]
+
+
+def run(tree: Path = ROOT, env: dict | None = None, limit_s: float = 600.0, prefix=("-m", "osdp_sim.cli.main")):
+    """(wall seconds, the search's own seconds, stderr) of the command run from tree's code (its
+    numba cache beside it: NUMBA_CACHE_DIR is dropped)."""
+    base = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, *prefix, *ARGS], cwd=tree,
+                         env={**base, **(env or {}), "PYTHONPATH": str(tree)},
+                         capture_output=True, text=True, timeout=limit_s)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"the README command failed in {tree}:\n{out.stderr[-2000:]}")
+    found = re.search(r"search optimal in ([0-9.]+) s", out.stderr)
+    return wall, float(found.group(1)) if found else float("nan"), out.stderr
+
+
+def fresh_clone(commit: str, into: Path) -> Path:
+    """This repository's `commit` cloned into `into`/tree: no numba cache."""
+    tree = into / "tree"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(tree)], check=True)
+    subprocess.run(["git", "checkout", "-q", commit], cwd=tree, check=True)
+    return tree
