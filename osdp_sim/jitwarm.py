@@ -2,7 +2,7 @@
 machine runs (jit.py says where the code is cached).
 
 numba compiles a loop when it is first called, so on a fresh machine the first search stops at
-each new loop for its compile (about 18 s in all on the README command, docs/benchmarks.md). With
+each new loop for its compile (15-18 s in all on the README command: `python bench/compile_time.py --no-warmup`). With
 a second core free, `warm_in_background` starts `python -m osdp_sim.jitwarm`, which compiles the
 loops from the last one a search needs to the first and writes each to the cache as it is done;
 the search compiles from the first one on, and loads from the cache each loop the other process
