@@ -21,8 +21,10 @@ import sys
 ENTRY_POINTS = {
     # in the order the warm-up compiles them: the reverse of the order a search first calls them
     "osdp_sim.planner.labelfold.graph_back":
-        "(int64[:, ::1], int64[::1], int64[::1], int64, float64[::1], float64[:, ::1], float64[::1])",
-    "osdp_sim.planner.labelfold.min_by_key": "(int64[:, ::1], int64[::1], int64[::1])",
+        "(int64[::1], int64[:, :, ::1], int64[:, ::1], int64, float64[::1], float64[:, ::1], float64[::1], "
+        "int64[::1])",
+    "osdp_sim.planner.labelfold.graph_forward":
+        "(int64[:, ::1], int64[::1], int64[:, :, ::1], int64[:, ::1], int64, boolean, int64[::1])",
     "osdp_sim.planner.labelsettle.settle":
         "(int64[:, ::1], int64[::1], int64[::1], float64[:, ::1], float64[::1], float64[::1], float64, boolean, "
         "float64, float64, float64[:, ::1], float64[::1], float64[::1], boolean, float64, boolean, int64)",

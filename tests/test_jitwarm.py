@@ -13,7 +13,7 @@ import pytest
 from osdp_sim import jitwarm
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = ["osdp_sim.planner.labelfold.min_by_key", "osdp_sim.planner.bounds._hull_slopes_sorted"]
+SMALL = ["osdp_sim.planner.labelfold.update_chain", "osdp_sim.planner.bounds._hull_slopes_sorted"]
 
 
 def _python(code: str, env_extra: dict | None = None, timeout: float = 300) -> str:
@@ -67,9 +67,10 @@ print(before, [jitwarm.is_cached(n) for n in names], proc.returncode)
     load = """
 import numpy as np
 from osdp_sim.planner import bounds, labelfold
-labelfold.min_by_key(np.zeros((3, 4), dtype=np.int64), np.zeros(3, dtype=np.int64), np.arange(3))
+from osdp_sim.planner.labels import NCOL, NDELTA
+labelfold.update_chain(np.zeros((1, NCOL), dtype=np.int64), np.zeros((2, 1, NDELTA), dtype=np.int64), 1, False)
 bounds._hull_slopes_sorted(np.arange(3.0), np.arange(3.0), np.arange(3))
-print(sum(labelfold.min_by_key.stats.cache_hits.values()), sum(labelfold.min_by_key.stats.cache_misses.values()),
+print(sum(labelfold.update_chain.stats.cache_hits.values()), sum(labelfold.update_chain.stats.cache_misses.values()),
       sum(bounds._hull_slopes_sorted.stats.cache_hits.values()))
 """
     assert _python(load, env).split() == ["1", "0", "1"]

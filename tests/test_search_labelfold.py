@@ -9,9 +9,8 @@ import pytest
 from osdp_sim.costmodel import fold
 from osdp_sim.costmodel.fast import NEG, Label, StageOut, StagePlan, apply
 from osdp_sim.planner import labels
-from osdp_sim.planner.keygraph import _merge_min
 from osdp_sim.planner.labelbounds import compiled_label_cols
-from osdp_sim.planner.labelfold import compiled_layout, graph_back, update_chain
+from osdp_sim.planner.labelfold import compiled_layout, graph_back, graph_forward, update_chain
 from osdp_sim.planner.tables import TableArena
 from osdp_sim.planner.labels import (DT, LAYOUT, M1, M2, NCOL, NDELTA, O_M1, O_M2, O_V, O_Y, OPT, S_N, T, U, expand,
                                      label_row, sort_by_key, unique_inverse, update)
@@ -83,32 +82,63 @@ def test_expand_is_fast_apply_on_every_taken_entry_in_label_order(seed):
     assert [r.tolist() for r in U] == [_ref(L[i], D[inv[i], 0], m, pm_sum) for i in range(n)]
 
 
+def _rand_arena(rng, n_rows, entries, n_keys):
+    """A TableArena's arrays at random: deltas (rows, entries, NDELTA), new key ids (some -1: not
+    taken) below n_keys."""
+    D = _rand(rng, (n_rows, entries, NDELTA), DELTA_NEG) // 4
+    NK = rng.integers(0, n_keys, (n_rows, entries))
+    NK[rng.random(NK.shape) < 0.1] = -1
+    return D, NK
+
+
 @pytest.mark.parametrize("seed", range(4))
-def test_least_row_per_key_and_backward_pass_match_loops(seed):
+def test_forward_pass_keeps_the_least_row_per_new_key(seed):
+    # one level of the key graph's forward pass: every label through its key's table row, then
+    # the componentwise least new label per new key, keys ascending; the work array left at -1
     rng = np.random.default_rng(100 + seed)
-    n = int(rng.integers(1, 200))
-    C, CK = _rand(rng, (n, NCOL), LABEL_NEG), rng.integers(0, 20, n)
-    rows, keys = _merge_min(C, CK)
-    assert keys.tolist() == sorted(set(CK.tolist()))
-    for r, k in enumerate(keys):
-        assert rows[r].tolist() == C[CK == k].min(axis=0).tolist()
-    # one level of the key graph's backward pass: min over each key's entries
-    nkeys, nnext, lams = int(rng.integers(1, 8)), int(rng.integers(1, 6)), np.r_[0.0, rng.random(4)]
-    sizes = rng.integers(1, 5, nkeys)
-    ds = rng.integers(0, 10**6, (int(sizes.sum()), NDELTA))
-    nxt = rng.integers(0, nnext + 1, len(ds))                 # nnext: the next level's inf row
+    n, entries, n_keys, m, pm_sum = int(rng.integers(1, 60)), int(rng.integers(1, 9)), 30, \
+        int(rng.integers(1, 9)), bool(seed % 2)
+    D, NK = _rand_arena(rng, int(rng.integers(1, 12)), entries, n_keys)
+    L = _rand(rng, (n, NCOL), LABEL_NEG) // 4
+    trow = rng.integers(0, len(D), n)
+    work = np.full(n_keys + 5, -1, dtype=np.int64)
+    rows, keys = graph_forward(L, trow, D, NK, m, pm_sum, work)
+    new = {}
+    for i in range(n):
+        for j in range(entries):
+            k = int(NK[trow[i], j])
+            if k >= 0:
+                new.setdefault(k, []).append(_ref(L[i], D[trow[i], j], m, pm_sum))
+    assert keys.tolist() == sorted(new)
+    for r, k in enumerate(keys.tolist()):
+        assert rows[r].tolist() == np.array(new[k]).min(axis=0).tolist()
+    assert (work == -1).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_backward_pass_takes_the_least_over_each_keys_entries(seed):
+    # one level of the key graph's backward pass: per key, the least (tau + lambda s) + H of the
+    # next level over its table's entries; a new key not kept there (or -1) reads the inf row
+    rng = np.random.default_rng(200 + seed)
+    nkeys, entries, n_keys, nnext = int(rng.integers(1, 8)), int(rng.integers(1, 6)), 20, int(rng.integers(1, 6))
+    D, NK = _rand_arena(rng, int(rng.integers(1, 10)), entries, n_keys)
+    D[:, :, [DT, OPT, S_N]] = rng.integers(0, 10**6, (len(D), entries, 3))
+    trow = rng.integers(0, len(D), nkeys)
+    next_row = np.full(n_keys, -1, dtype=np.int64)
+    kept = rng.choice(n_keys, nnext, replace=False)
+    next_row[kept] = np.arange(nnext)
+    lams = np.r_[0.0, rng.random(4)]
     Hn = np.vstack([rng.random((nnext, len(lams))) * 1e6, np.full((1, len(lams)), np.inf)])
     Mn = np.r_[rng.random(nnext) * 1e6, np.inf]
     m = int(rng.integers(1, 9))
-    H, M = graph_back(ds, nxt, np.r_[0, np.cumsum(sizes)].astype(np.int64), m, lams, Hn, Mn)
-    e = 0
+    H, M = graph_back(trow, D, NK, m, lams, Hn, Mn, next_row)
     for r in range(nkeys):
-        es = range(e, e + sizes[r])
+        t = trow[r]
+        q = [nnext if NK[t, e] < 0 or next_row[NK[t, e]] < 0 else next_row[NK[t, e]] for e in range(entries)]
         for li, lam in enumerate(lams):
-            assert H[r, li] == min(float(m * ds[x, DT] + ds[x, OPT]) + float(ds[x, S_N]) * lam + Hn[nxt[x], li]
-                                   for x in es)
-        assert M[r] == min(float(ds[x, S_N]) + Mn[nxt[x]] for x in es)
-        e += sizes[r]
+            assert H[r, li] == min(float(m * D[t, e, DT] + D[t, e, OPT]) + float(D[t, e, S_N]) * lam + Hn[q[e], li]
+                                   for e in range(entries))
+        assert M[r] == min(float(D[t, e, S_N]) + Mn[q[e]] for e in range(entries))
     assert np.isinf(H[nkeys]).all() and np.isinf(M[nkeys])
 
 

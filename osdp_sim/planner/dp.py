@@ -252,8 +252,13 @@ class Engine:
 
     def tables(self, keys: np.ndarray, g: int, deadline: float | None = None, timeout=None):
         """The transitions of the distinct key ids `keys` at slot g, as labelfold.expand's arrays
-        (TableArena.gather), built where missing: ROWS_PER_CALL rows per compiled call
-        (stagebatch.run_rows). deadline: raise `timeout` past it, checked between calls."""
+        (TableArena.gather), built where missing (table_rows)."""
+        return self.table_rows(keys, g, deadline, timeout)[0].gather(keys)
+
+    def table_rows(self, keys: np.ndarray, g: int, deadline: float | None = None, timeout=None):
+        """The TableArena of slot g with the tables of the distinct key ids `keys` built where
+        missing (ROWS_PER_CALL rows per compiled call, stagebatch.run_rows), and each key's row in
+        it. deadline: raise `timeout` past it, checked between calls."""
         a = self.arena(g)
         miss = a.missing(keys)
         for lo in range(0, len(miss), ROWS_PER_CALL):
@@ -264,7 +269,7 @@ class Engine:
             new_keys, deltas, sims = run_rows(self.store, chunk, list(inner), list(recipes), a.columns)
             a.add_rows(chunk, new_keys, deltas)
             self.stage_sims += sims
-        return a.gather(keys)
+        return a, a.row_of[keys]
 
     def table(self, key_id: int, g: int) -> Table:
         """The transitions (labels.Table) of key_id at slot g: one entry per code allowed there."""

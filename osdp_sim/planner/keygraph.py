@@ -33,8 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from osdp_sim.planner.labels import T, expand, peaks
+from osdp_sim.planner.labels import T, peaks
 from osdp_sim.planner.merged import MergedView
+from osdp_sim.planner.tables import grown
 
 N_LAMBDA = 32
 LAMBDA_WIDEN = 2.0       # the grid spans the breakpoints' range widened this much each way
@@ -76,10 +77,9 @@ def lambda_grid(j_lam: np.ndarray) -> np.ndarray:
     return np.concatenate([[0.0], np.geomspace(pos.min() / LAMBDA_WIDEN, pos.max() * LAMBDA_WIDEN, N_LAMBDA)])
 
 
-def _merge_min(C: np.ndarray, CK: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per distinct key of CK, the componentwise least row of C (compiled: labelfold.min_by_key)."""
-    from osdp_sim.planner.labelfold import min_by_key
-    return min_by_key(C, CK, np.argsort(CK, kind="stable"))
+def _work(a: np.ndarray, store) -> np.ndarray:
+    """a, -1 everywhere, with a place for every key id the store holds (labelfold's work array)."""
+    return grown(a, len(store.keys), -1)
 
 
 class KeyGraph:
@@ -93,15 +93,17 @@ class KeyGraph:
         n = len(engine.positions)
         L, K = engine.start()
         sims_before = engine.stage_sims
-        from osdp_sim.planner.labelfold import graph_back
+        from osdp_sim.planner.labelfold import graph_back, graph_forward
+        work = np.full(64, -1, dtype=np.int64)        # key id -> a row, -1 everywhere between calls
         levels = [K]
         for g in range(n):
             if len(K) == 0:                    # nothing left: no plan fits and beats thr_q
                 levels.append(K)
                 continue
-            D, NKT, CODE = engine.tables(K, g, deadline, Timeout)
-            C, NK, _p, _c, _j = expand(L, np.arange(len(L)), D, NKT, CODE, pb.m, engine.pm_sum)
-            L, K = _merge_min(C, NK)
+            arena, trow = engine.table_rows(K, g, deadline, Timeout)
+            work = _work(work, engine.store)
+            L, K = graph_forward(np.ascontiguousarray(L, dtype=np.int64), trow, arena.deltas, arena.new_keys,
+                                 int(pb.m), bool(engine.pm_sum), work)
             if g + 1 < n:
                 lb, mem_lb = engine.lower_bounds(g + 1, L, K, pq_max)
                 ok = (mem_lb <= pq_max) & (lb < thr_q)
@@ -117,19 +119,19 @@ class KeyGraph:
         self.M: list = [None] * (n + 1)
         self.H[n] = np.vstack([np.zeros((len(levels[n]), len(lams))), inf_row])
         self.M[n] = np.r_[np.zeros(len(levels[n])), np.inf]
+        lams = np.asarray(lams, dtype=np.float64)
         for g in range(n - 1, -1, -1):
             if deadline is not None and time.perf_counter() > deadline:
                 raise Timeout
             if len(levels[g]) == 0:
                 self.H[g], self.M[g] = inf_row.copy(), np.array([np.inf])
                 continue
-            D, NKT, _codes = engine.tables(levels[g], g)        # built in the forward pass
-            entries = NKT.shape[1]
-            starts = np.arange(0, len(NKT) * entries + 1, entries, dtype=np.int64)
-            ds = np.ascontiguousarray(D.reshape(-1, D.shape[-1]))
-            rows = self.rows_of(g + 1, NKT.reshape(-1)).astype(np.int64)
-            self.H[g], self.M[g] = graph_back(ds, rows, starts, int(pb.m), np.asarray(lams, dtype=np.float64),
-                                              self.H[g + 1], self.M[g + 1])
+            arena, trow = engine.table_rows(levels[g], g)       # built in the forward pass
+            nxt = levels[g + 1]
+            work[nxt] = np.arange(len(nxt))
+            self.H[g], self.M[g] = graph_back(trow, arena.deltas, arena.new_keys, int(pb.m), lams,
+                                              self.H[g + 1], self.M[g + 1], work)
+            work[nxt] = -1
 
     def rows_of(self, g: int, K: np.ndarray) -> np.ndarray:
         """Rows of keys K at level g; len(level) (the inf row) for keys not kept there."""

@@ -95,20 +95,79 @@ def expand(L, inv, D, NK, CODE, m, pm_sum):
 
 
 @compiled
-def graph_back(ds, rows, starts, m, lams, H_next, M_next):
-    """One level of keygraph.py's backward pass: per key r (its entries e in starts[r]:starts[r + 1]
-    of ds (entries, NDELTA), rows[e] their row at the next level), H[r, l] = min_e (tau + s lams[l])
-    + H_next[rows[e], l] and M[r] = min_e s + M_next[rows[e]], tau = m dt + opt and s = S_N of the
-    entry. A last row of inf is appended to both (keys not kept)."""
-    nk = starts.shape[0] - 1
+def graph_forward(L, trow, deltas, new_keys, m, pm_sum, slot):
+    """One level of keygraph.py's forward pass: every label i through every entry of its key's
+    table (row trow[i] of a TableArena's deltas (rows, entries, NDELTA) and new_keys (rows,
+    entries), -1: not taken) and, per new key, the componentwise least new label: (those labels,
+    the keys in ascending order). slot: a work array, -1 at every key id that may occur, left so
+    (a key's slot marks it seen: no sort of the new labels)."""
+    n = L.shape[0]
+    kmax = new_keys.shape[1]
+    ncol = L.shape[1]
+    groups = 0
+    for i in range(n):
+        r = trow[i]
+        for j in range(kmax):
+            k = new_keys[r, j]
+            if k >= 0 and slot[k] < 0:
+                slot[k] = groups
+                groups += 1
+    keys = np.empty(groups, dtype=np.int64)
+    least = np.empty((groups, ncol), dtype=np.int64)
+    seen = np.zeros(groups, dtype=np.bool_)
+    row = np.empty((1, ncol), dtype=np.int64)
+    for i in range(n):
+        r = trow[i]
+        for j in range(kmax):
+            k = new_keys[r, j]
+            if k < 0:
+                continue
+            q = slot[k]
+            _apply_row(L, i, deltas, r, j, m, pm_sum, row, 0)
+            if seen[q]:
+                for c in range(ncol):
+                    if row[0, c] < least[q, c]:
+                        least[q, c] = row[0, c]
+            else:
+                seen[q] = True
+                keys[q] = k
+                for c in range(ncol):
+                    least[q, c] = row[0, c]
+    order = np.argsort(keys)
+    out = np.empty((groups, ncol), dtype=np.int64)
+    out_keys = np.empty(groups, dtype=np.int64)
+    for a in range(groups):
+        q = order[a]
+        out_keys[a] = keys[q]
+        for c in range(ncol):
+            out[a, c] = least[q, c]
+        slot[keys[q]] = -1
+    return out, out_keys
+
+
+@compiled
+def graph_back(trow, deltas, new_keys, m, lams, H_next, M_next, next_row):
+    """One level of keygraph.py's backward pass: per key r (its table: row trow[r] of a
+    TableArena's deltas (rows, entries, NDELTA) and new_keys (rows, entries)), H[r, l] = min over
+    entries e of (tau + s lams[l]) + H_next[q, l] and M[r] = min_e s + M_next[q], tau = m dt + opt
+    and s = S_N of the entry, q = next_row[its new key] (its row at the next level; -1, or a new
+    key of -1: not kept there, the last row of H_next and M_next, inf). A last row of inf is
+    appended to both."""
+    nk = trow.shape[0]
+    kmax = new_keys.shape[1]
     nl = lams.shape[0]
+    inf_row = H_next.shape[0] - 1
     H = np.full((nk + 1, nl), np.inf)
     M = np.full(nk + 1, np.inf)
     for r in range(nk):
-        for e in range(starts[r], starts[r + 1]):
-            q = rows[e]
-            tau = float(m * ds[e, DT] + ds[e, OPT])
-            s = float(ds[e, S_N])
+        t = trow[r]
+        for e in range(kmax):
+            k = new_keys[t, e]
+            q = next_row[k] if k >= 0 else -1
+            if q < 0:
+                q = inf_row
+            tau = float(m * deltas[t, e, DT] + deltas[t, e, OPT])
+            s = float(deltas[t, e, S_N])
             for l in range(nl):
                 h = (tau + s * lams[l]) + H_next[q, l]
                 if h < H[r, l]:
@@ -117,32 +176,6 @@ def graph_back(ds, rows, starts, m, lams, H_next, M_next):
             if v < M[r]:
                 M[r] = v
     return H, M
-
-
-@compiled
-def min_by_key(C, CK, order):
-    """Per distinct key of CK (order: an argsort of CK), the componentwise least row of C:
-    (those rows, the keys in ascending order)."""
-    n = order.shape[0]
-    groups = 0
-    for a in range(n):
-        if a == 0 or CK[order[a]] != CK[order[a - 1]]:
-            groups += 1
-    out = np.empty((groups, C.shape[1]), dtype=np.int64)
-    keys = np.empty(groups, dtype=np.int64)
-    r = -1
-    for a in range(n):
-        i = order[a]
-        if a == 0 or CK[i] != CK[order[a - 1]]:
-            r += 1
-            keys[r] = CK[i]
-            for c in range(C.shape[1]):
-                out[r, c] = C[i, c]
-        else:
-            for c in range(C.shape[1]):
-                if C[i, c] < out[r, c]:
-                    out[r, c] = C[i, c]
-    return out, keys
 
 
 @compiled

@@ -80,9 +80,17 @@ class MergedView:
             self.merge(int(k))
         return self._merged[kids]
 
+    @property
+    def store(self):
+        return self.engine.store          # merged ids are interned with the engine's keys
+
     def tables(self, mids: np.ndarray, g: int, deadline: float | None = None, timeout=None):
         """Engine.tables from merged keys, to merged keys, with deltas that keep the time and S and
         no memory event (the codes are the engine's, in the same order)."""
+        return self.table_rows(mids, g, deadline, timeout)[0].gather(mids)
+
+    def table_rows(self, mids: np.ndarray, g: int, deadline: float | None = None, timeout=None):
+        """Engine.table_rows over merged keys (tables)."""
         a = self.arenas.get(self.engine.slot_class(g))
         if a is None:
             a = self.arenas[self.engine.slot_class(g)] = TableArena(self.engine.arena(g).codes)
@@ -93,7 +101,7 @@ class MergedView:
             ds[:, :, [O_V, O_Y, O_M1, O_M2]] = NEG     # forward, backward and checkpoint events
             ds[:, :, [D_Y, NEW_PM, G_A, P_A]] = 0      # live bytes, optimizer temporary, re-gathers
             a.add_rows(new, self.merged_ids(nks.reshape(-1)).reshape(nks.shape), ds)
-        return a.gather(mids)
+        return a, a.row_of[mids]
 
     def table(self, mid: int, g: int) -> Table:
         self.tables(np.array([mid], dtype=np.int64), g)
