@@ -156,7 +156,6 @@ def graph_back(trow, deltas, new_keys, m, lams, H_next, M_next, next_row):
     nk = trow.shape[0]
     kmax = new_keys.shape[1]
     nl = lams.shape[0]
-    inf_row = H_next.shape[0] - 1
     H = np.full((nk + 1, nl), np.inf)
     M = np.full(nk + 1, np.inf)
     for r in range(nk):
@@ -165,7 +164,7 @@ def graph_back(trow, deltas, new_keys, m, lams, H_next, M_next, next_row):
             k = new_keys[t, e]
             q = next_row[k] if k >= 0 else -1
             if q < 0:
-                q = inf_row
+                continue                  # the inf row: inf + anything is no new minimum
             tau = float(m * deltas[t, e, DT] + deltas[t, e, OPT])
             s = float(deltas[t, e, S_N])
             for l in range(nl):

@@ -1,0 +1,99 @@
+"""The key graph's own passes (osdp_sim/planner/keygraph.py: the forward pass over the levels and
+the backward pass of H and M), timed apart from the stage simulations they need: the graph is
+built once (its tables then held by the engine), then built again `--reps` times, and the median
+of those rebuilds is its passes' time. With --base, the same in a clone of that commit, in
+alternating rounds in this run, and the ratio.
+
+    python bench/keygraph_passes.py                       # mingpt-48l-1536, micro-batch 6, about 30 s
+    python bench/keygraph_passes.py --base b60ad23~1      # and against the commit before (about 1 min)
+
+Instance: titan8, 8 GiB, root zero2, every split, the threshold of the incumbent the search has
+when it builds this graph (24.35 samples/s at micro-batch 6 on mingpt-48l-1536).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def measure(model: str, micro_batch: int, root: str, incumbent: float, reps: int) -> dict:
+    import osdp_sim.planner.keygraph as keygraph
+    from osdp_sim.costmodel.fast import TIME_Q
+    from osdp_sim.hardware.load import load_profile
+    from osdp_sim.model.load import load_model
+    from osdp_sim.planner.bnb import _configs, _limit_q
+    from osdp_sim.planner.dp import Engine
+    from osdp_sim.planner.space import SearchSpace
+    spec, hw = load_model(model), load_profile("titan8")
+    pq = _limit_q(8 * 2**30, hw)
+    space = SearchSpace(micro_batches=(micro_batch,), root_strategies=(root,))
+    (c,) = list(_configs(spec, hw, space, pq, {}))
+    eng = Engine(c.problem)
+    thr = c.problem.samples / incumbent / TIME_Q
+    lams = keygraph.lambda_grid(eng.bounds.j_lam)
+    t = time.perf_counter()
+    g = keygraph.KeyGraph(eng, lams, pq, thr)
+    first = time.perf_counter() - t
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        keygraph.KeyGraph(eng, lams, pq, thr)
+        times.append(time.perf_counter() - t)
+    return {"nodes": g.size, "first_s": first, "passes_s": statistics.median(times)}
+
+
+def _run(tree: Path, args) -> dict:
+    cmd = [sys.executable, __file__, "--json", "--model", args.model, "--micro-batch", str(args.micro_batch),
+           "--root", args.root, "--incumbent", str(args.incumbent), "--reps", str(args.reps)]
+    out = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True,
+                         timeout=600, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="mingpt-48l-1536")
+    ap.add_argument("--micro-batch", type=int, default=6)
+    ap.add_argument("--root", default="zero2")
+    ap.add_argument("--incumbent", type=float, default=24.35)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds with --base")
+    ap.add_argument("--base", help="a commit to compare against, run from a clone of it")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.json:
+        print(json.dumps(measure(args.model, args.micro_batch, args.root, args.incumbent, args.reps)))
+        return
+    head = _run(ROOT, args)                    # compiles this tree's loops (cached beside them)
+    if not args.base:
+        print(f"{args.model} micro-batch {args.micro_batch}: key graph of {head['nodes']} nodes, first build "
+              f"{head['first_s']:.2f} s, its passes {head['passes_s']:.3f} s (median of {args.reps})")
+        return
+    with tempfile.TemporaryDirectory() as d:
+        base_tree = Path(d) / "base"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(base_tree)], check=True)
+        subprocess.run(["git", "-C", str(base_tree), "checkout", "-q", args.base], check=True)
+        _run(base_tree, args)                  # its compile, not timed
+        base_s, head_s = [], []
+        for r in range(args.rounds):
+            b, h = _run(base_tree, args), _run(ROOT, args)
+            assert b["nodes"] == h["nodes"], (b, h)
+            base_s.append(b["passes_s"])
+            head_s.append(h["passes_s"])
+            print(f"round {r + 1}: {args.base} {b['passes_s']:.3f} s, this tree {h['passes_s']:.3f} s "
+                  f"({h['nodes']} nodes)", flush=True)
+        mb, mh = statistics.median(base_s), statistics.median(head_s)
+        print(f"{args.model} micro-batch {args.micro_batch}, key graph of {head['nodes']} nodes: passes "
+              f"{mb:.3f} s -> {mh:.3f} s, {mb / mh:.2f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
