@@ -10,8 +10,9 @@ has written by the time it needs it. numba writes a cache file under a temporary
 it, so either process reads whole files only; a loop both compile is compiled twice, never wrong.
 
 ENTRY_POINTS lists each loop that Python calls, with the one signature a search compiles it for
-(the loops they call are compiled and cached with them); tests/test_jitwarm.py checks it against
-what a search compiles."""
+(the loops they call are compiled and cached with them); FRONT_ONLY adds those of pareto_front,
+and FRONT_ENTRY_POINTS is what pareto_front warms. tests/test_jitwarm.py checks both against what
+a search and a front compile."""
 
 import atexit
 import os
@@ -44,6 +45,20 @@ ENTRY_POINTS = {
         "float64, float64[:, ::1], int64[::1], float64[::1], float64[::1], boolean, float64)",
     "osdp_sim.planner.bounds._hull_slopes_sorted": "(float64[::1], float64[::1], int64[::1])",
 }
+
+FRONT_ONLY = {
+    # the loops pareto_front calls and search() does not
+    "osdp_sim.planner.dominance.pareto_segments": "(int64[:, ::1], int64[::1], int64[::1], int64, boolean[::1])",
+    "osdp_sim.planner.front.lambda_pruned":
+        "(int64[:, ::1], int64[::1], int64[::1], float64[:, ::1], float64[::1], float64[:, ::1], int64[::1], "
+        "float64[:, ::1], float64[::1], float64[:, ::1], boolean, float64, float64)",
+}
+
+FRONT_ENTRY_POINTS = (*FRONT_ONLY, *list(ENTRY_POINTS)[list(ENTRY_POINTS).index("osdp_sim.planner.labelfold.expand"):])
+"""The loops pareto_front calls, in the order the warm-up compiles them (it builds no key graph
+and settles its labels in numpy: graph_back, graph_forward and settle are not among them)."""
+
+SIGNATURES = {**ENTRY_POINTS, **FRONT_ONLY}
 
 _started = False
 
@@ -119,7 +134,7 @@ def main(argv: list[str]) -> int:
         try:
             # as a tuple of types, as a call compiles it: numba's cache index is keyed by what
             # compile() is given, and a signature string would be a key no call looks up
-            args, _return = normalize_signature(ENTRY_POINTS[name])
+            args, _return = normalize_signature(SIGNATURES[name])
             dispatcher(name).compile(tuple(args))
         except Exception:         # a stale signature: the search compiles that loop itself
             continue

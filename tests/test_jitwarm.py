@@ -48,6 +48,29 @@ print(json.dumps({"compiled": {n: [str(s) for s in d.signatures] for n, d in jit
         assert compiled[name] == [sig], f"{name}: the search compiled {compiled[name]}, the table says {sig}"
 
 
+def test_the_front_table_is_what_a_front_compiles():
+    # a front in its own process: the loops it compiles are FRONT_ENTRY_POINTS, each at its signature
+    code = """
+import json
+from numba.core.sigutils import normalize_signature
+from osdp_sim import jit, jitwarm
+from osdp_sim.api import load_model, load_profile
+from osdp_sim.planner.bnb import pareto_front
+from osdp_sim.planner.space import SearchSpace
+r = pareto_front(load_model("gpt2-124m"), load_profile("hwprofiles/titan8.yaml"),
+                 SearchSpace(devices=8, splits=(1, 2), micro_batches=(1, 2)))
+assert r.proven and r.front
+print(json.dumps({"compiled": {n: [str(s) for s in d.signatures] for n, d in jit.REGISTRY.items() if d.signatures},
+                  "table": {n: str(tuple(normalize_signature(jitwarm.SIGNATURES[n])[0]))
+                            for n in jitwarm.FRONT_ENTRY_POINTS}}))
+"""
+    got = json.loads(_python(code, {"OSDP_SIM_NO_WARMUP": "1"}).splitlines()[-1])
+    compiled, table = got["compiled"], got["table"]
+    assert set(compiled) == set(table), f"a front compiles {sorted(compiled)}, the table warms {sorted(table)}"
+    for name, sig in table.items():
+        assert compiled[name] == [sig], f"{name}: the front compiled {compiled[name]}, the table says {sig}"
+
+
 TWO_CORES = pytest.mark.skipif(jitwarm.free_cores() < 2, reason="the warm-up starts only with two cores free")
 
 

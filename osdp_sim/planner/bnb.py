@@ -20,7 +20,7 @@ from osdp_sim.costmodel import Estimate, estimate
 from osdp_sim.costmodel.fast import MEM_Q, TIME_Q, Config, start_label, total_peak_bytes
 from osdp_sim.errors import UserError
 from osdp_sim.hardware.profile import HardwareProfile
-from osdp_sim.jitwarm import warm_in_background
+from osdp_sim.jitwarm import FRONT_ENTRY_POINTS, warm_in_background
 from osdp_sim.model.spec import ModelSpec
 from osdp_sim.plan.plan import Plan
 from osdp_sim.planner.dp import Engine, Finished
@@ -863,7 +863,7 @@ def pareto_front(spec: ModelSpec, hw: HardwareProfile, space: SearchSpace = Sear
     front_lines False: a label is tested against the front at its memory bound only, not by each
     line of its time bound (front.py); the same front, for bench/pareto_lines.py's A/B."""
     deadline = earlier_deadline(deadline, time_limit_s)
-    warm_in_background()
+    warm_in_background(FRONT_ENTRY_POINTS)
     t0 = time.perf_counter()
     lo, hi = mem_range if mem_range is not None else (0.0, float(hw.device.usable_memory_bytes))
     pq_max = _limit_q(hi, hw)
