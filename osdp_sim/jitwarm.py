@@ -30,7 +30,7 @@ ENTRY_POINTS = {
         "(int64[:, ::1], int64[::1], int64[::1], float64[:, ::1], float64[::1], float64[::1], float64, boolean, "
         "float64, float64, float64[:, ::1], float64[::1], float64[::1], boolean, float64, boolean, int64)",
     "osdp_sim.planner.labelfold.expand":
-        "(int64[:, ::1], int64[::1], int64[:, :, ::1], int64[:, ::1], int64[:, ::1], int64, boolean)",
+        "(int64[:, ::1], int64[::1], int64[::1], int64[:, :, ::1], int64[:, ::1], int64[:, ::1], int64, boolean)",
     "osdp_sim.planner.keystore._same_as_first": "(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1])",
     "osdp_sim.planner.keystore._queue_hashes": "(int64[:, ::1], int64[::1], int64[::1], int64[::1])",
     "osdp_sim.costmodel.fold.run_stages":

@@ -78,6 +78,11 @@ def test_expand_is_fast_apply_on_every_taken_entry_in_label_order(seed):
     for o, (i, j) in enumerate(want):
         assert C[o].tolist() == _ref(L[i], D[inv[i], j], m, pm_sum)
         assert (CK[o], CP[o], CC[o], COL[o]) == (NK[inv[i], j], i, CODE[inv[i], j], j)
+    # the same with the arena's deltas read in place (its rows of the keys, in reverse order)
+    order = np.arange(nkeys)[::-1]
+    C2, CK2, *_ = expand(L, order[inv], arena.deltas, NK[order], CODE, m, pm_sum,
+                         drow=arena.row_of[key_ids][order])
+    assert C2.tolist() == C.tolist() and CK2.tolist() == CK.tolist()
     U = update(L, D[inv, 0], m, pm_sum)
     assert [r.tolist() for r in U] == [_ref(L[i], D[inv[i], 0], m, pm_sum) for i in range(n)]
 

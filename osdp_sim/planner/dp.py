@@ -490,7 +490,8 @@ class Engine:
         m = self.pb.m
         view = None if graph is None else graph.view
         uk, inv = unique_inverse(K)
-        D, NK, CODE = self.tables(uk, g, deadline, _Timeout)   # new keys cost one stage simulation per decision
+        arena, trow = self.table_rows(uk, g, deadline, _Timeout)   # new keys cost one stage simulation per decision
+        D, NK, CODE = arena.deltas, arena.new_keys[trow], arena.code_rows(len(uk))   # D read at trow, in place
         # Skip (key, decision) pairs that cannot beat thr_q even from the best label of the key
         # (the bound is nondecreasing in t and u).
         tmin, umin = _least_per_key(L, inv, len(uk))
@@ -506,8 +507,9 @@ class Engine:
             krows = graph.rows_of(g2, ekeys) if real_graph else _NO_ROWS
             if np.isfinite(thr_q) or np.isfinite(pq_max):
                 best = np.zeros((len(rows), NCOL), dtype=np.int64)
-                best[:, T] = tmin[rows] + m * D[rows, cols, DT] + D[rows, cols, OPT]
-                best[:, U] = umin[rows] + D[rows, cols, S_N]
+                drows = trow[rows]
+                best[:, T] = tmin[rows] + m * D[drows, cols, DT] + D[drows, cols, OPT]
+                best[:, U] = umin[rows] + D[drows, cols, S_N]
                 # (a merged graph bounds labels by their own merged ids: not per key)
                 lb, mem_lb = self._label_bounds(g2, best, einv, KC, KM, pq_max, graph if real_graph else None,
                                                 krows[einv] if real_graph else _NO_ROWS, stop_at=thr_q)
@@ -521,7 +523,7 @@ class Engine:
             entry_key[rows, cols] = einv
         if deadline is not None and time.perf_counter() > deadline:
             raise _Timeout
-        C, CK, CP, CC, col = expand(L, inv, D, NK, CODE, m, self.pm_sum)
+        C, CK, CP, CC, col = expand(L, inv, D, NK, CODE, m, self.pm_sum, drow=trow)
         CM = view.advance(g, M[CP], col) if view is not None else CK
         stats.nodes += len(C)
         if not last and len(C) and thr_fn is None:

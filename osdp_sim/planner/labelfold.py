@@ -64,9 +64,10 @@ def update_chain(L0, D, m, pm_sum):
 
 
 @compiled
-def expand(L, inv, D, NK, CODE, m, pm_sum):
-    """Every label i through every taken entry j of its key's table (row inv[i]), in the order
-    (i, j): (new labels, new key ids, parent rows i, codes, table columns j)."""
+def expand(L, inv, drow, D, NK, CODE, m, pm_sum):
+    """Every label i through every taken entry j of its key's table (row r = inv[i] of NK and
+    CODE, row drow[r] of D: a TableArena's deltas read in place), in the order (i, j): (new
+    labels, new key ids, parent rows i, codes, table columns j)."""
     n = L.shape[0]
     kmax = NK.shape[1]
     count = 0
@@ -85,7 +86,7 @@ def expand(L, inv, D, NK, CODE, m, pm_sum):
         r = inv[i]
         for j in range(kmax):
             if NK[r, j] >= 0:
-                _apply_row(L, i, D, r, j, m, pm_sum, C, o)
+                _apply_row(L, i, D, drow[r], j, m, pm_sum, C, o)
                 CK[o] = NK[r, j]
                 CP[o] = i
                 CC[o] = CODE[r, j]

@@ -78,11 +78,13 @@ def update(L: np.ndarray, D: np.ndarray, m: int, pm_sum: bool = False) -> np.nda
 
 
 def expand(L: np.ndarray, inv: np.ndarray, D: np.ndarray, NK: np.ndarray, CODE: np.ndarray, m: int,
-           pm_sum: bool = False):
+           pm_sum: bool = False, drow: np.ndarray | None = None):
     """Labels L, label i on table row inv[i], through every taken entry (labelfold.expand):
-    (labels, new key ids, parent rows, codes, table columns)."""
+    (labels, new key ids, parent rows, codes, table columns). drow: the row of D of each table
+    row (D a TableArena's deltas, read in place); None: D holds the tables' rows in order."""
     from osdp_sim.planner.labelfold import expand as expand_c
-    return expand_c(np.ascontiguousarray(L, dtype=np.int64), np.asarray(inv, dtype=np.int64), D, NK, CODE,
+    drow = np.arange(len(NK), dtype=np.int64) if drow is None else np.asarray(drow, dtype=np.int64)
+    return expand_c(np.ascontiguousarray(L, dtype=np.int64), np.asarray(inv, dtype=np.int64), drow, D, NK, CODE,
                     int(m), bool(pm_sum))
 
 

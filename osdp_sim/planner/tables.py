@@ -67,9 +67,13 @@ class TableArena:
         new key ids (keys, entries; a copy, which the caller may mark -1: not taken), codes (a view
         of rows kept by the arena: not to be written)."""
         rows = self.row_of[keys]
-        if len(self._code_rows) < len(keys):
-            self._code_rows = np.tile(self.codes, (max(len(keys), 2 * len(self._code_rows)), 1))
-        return self.deltas[rows], self.new_keys[rows], self._code_rows[:len(keys)]
+        return self.deltas[rows], self.new_keys[rows], self.code_rows(len(keys))
+
+    def code_rows(self, n: int) -> np.ndarray:
+        """The codes as n rows (a view of rows kept by the arena: not to be written)."""
+        if len(self._code_rows) < n:
+            self._code_rows = np.tile(self.codes, (max(n, 2 * len(self._code_rows)), 1))
+        return self._code_rows[:n]
 
     def table(self, key_id: int) -> Table:
         r = self.row_of[key_id]
