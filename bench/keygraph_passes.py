@@ -6,6 +6,7 @@ alternating rounds in this run, and the ratio.
 
     python bench/keygraph_passes.py                       # mingpt-48l-1536, micro-batch 6, about 30 s
     python bench/keygraph_passes.py --base b60ad23~1      # and against the commit before (about 1 min)
+    python bench/keygraph_passes.py --model mingpt-48l-2048 --micro-batch 4 --incumbent 10.12 --caps-factor 10
 
 Instance: titan8, 8 GiB, root zero2, every split, the threshold of the incumbent the search has
 when it builds this graph (24.35 samples/s at micro-batch 6 on mingpt-48l-1536).
@@ -24,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def measure(model: str, micro_batch: int, root: str, incumbent: float, reps: int) -> dict:
+def measure(model: str, micro_batch: int, root: str, incumbent: float, reps: int, caps_factor: int = 1) -> dict:
     import osdp_sim.planner.keygraph as keygraph
     from osdp_sim.costmodel.fast import TIME_Q
     from osdp_sim.hardware.load import load_profile
@@ -39,20 +40,22 @@ def measure(model: str, micro_batch: int, root: str, incumbent: float, reps: int
     eng = Engine(c.problem)
     thr = c.problem.samples / incumbent / TIME_Q
     lams = keygraph.lambda_grid(eng.bounds.j_lam)
+    caps = keygraph.GraphCaps().scaled(caps_factor)
     t = time.perf_counter()
-    g = keygraph.KeyGraph(eng, lams, pq, thr)
+    g = keygraph.KeyGraph(eng, lams, pq, thr, caps=caps)
     first = time.perf_counter() - t
     times = []
     for _ in range(reps):
         t = time.perf_counter()
-        keygraph.KeyGraph(eng, lams, pq, thr)
+        keygraph.KeyGraph(eng, lams, pq, thr, caps=caps)
         times.append(time.perf_counter() - t)
     return {"nodes": g.size, "first_s": first, "passes_s": statistics.median(times)}
 
 
 def _run(tree: Path, args) -> dict:
     cmd = [sys.executable, __file__, "--json", "--model", args.model, "--micro-batch", str(args.micro_batch),
-           "--root", args.root, "--incumbent", str(args.incumbent), "--reps", str(args.reps)]
+           "--root", args.root, "--incumbent", str(args.incumbent), "--reps", str(args.reps),
+           "--caps-factor", str(args.caps_factor)]
     out = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True,
                          timeout=600, check=True)
     return json.loads(out.stdout.splitlines()[-1])
@@ -65,12 +68,14 @@ def main():
     ap.add_argument("--root", default="zero2")
     ap.add_argument("--incumbent", type=float, default=24.35)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--caps-factor", type=int, default=1,
+                    help="GraphCaps scaled by this (10: the search's second try, mingpt-48l-2048 micro-batch 4)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds with --base")
     ap.add_argument("--base", help="a commit to compare against, run from a clone of it")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.json:
-        print(json.dumps(measure(args.model, args.micro_batch, args.root, args.incumbent, args.reps)))
+        print(json.dumps(measure(args.model, args.micro_batch, args.root, args.incumbent, args.reps, args.caps_factor)))
         return
     head = _run(ROOT, args)                    # compiles this tree's loops (cached beside them)
     if not args.base:
