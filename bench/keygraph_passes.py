@@ -14,13 +14,14 @@ when it builds this graph (24.35 samples/s at micro-batch 6 on mingpt-48l-1536).
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from readme_command import fresh_clone, tree_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +57,7 @@ def _run(tree: Path, args) -> dict:
     cmd = [sys.executable, __file__, "--json", "--model", args.model, "--micro-batch", str(args.micro_batch),
            "--root", args.root, "--incumbent", str(args.incumbent), "--reps", str(args.reps),
            "--caps-factor", str(args.caps_factor)]
-    out = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True,
+    out = subprocess.run(cmd, env=tree_env(tree), capture_output=True, text=True,
                          timeout=600, check=True)
     return json.loads(out.stdout.splitlines()[-1])
 
@@ -83,9 +84,7 @@ def main():
               f"{head['first_s']:.2f} s, its passes {head['passes_s']:.3f} s (median of {args.reps})")
         return
     with tempfile.TemporaryDirectory() as d:
-        base_tree = Path(d) / "base"
-        subprocess.run(["git", "clone", "-q", str(ROOT), str(base_tree)], check=True)
-        subprocess.run(["git", "-C", str(base_tree), "checkout", "-q", args.base], check=True)
+        base_tree = fresh_clone(args.base, Path(d))
         _run(base_tree, args)                  # its compile, not timed
         base_s, head_s = [], []
         for r in range(args.rounds):

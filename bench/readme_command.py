@@ -13,13 +13,18 @@ ARGS = ["search", "--hw", "hwprofiles/titan8.yaml", "--model", "mingpt-48l-1536"
         "--time-limit", "300"]
 
 
-def run(tree: Path = ROOT, env: dict | None = None, limit_s: float = 600.0, prefix=("-m", "osdp_sim.cli.main")):
-    """(wall seconds, the search's own seconds, stderr) of the command run from tree's code (its
-    numba cache beside it: NUMBA_CACHE_DIR is dropped)."""
+def tree_env(tree: Path, extra: dict | None = None) -> dict:
+    """This environment for a process that runs tree's code, with its numba cache beside it
+    (NUMBA_CACHE_DIR dropped), and extra."""
     base = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    return {**base, **(extra or {}), "PYTHONPATH": str(tree)}
+
+
+def run(tree: Path = ROOT, env: dict | None = None, limit_s: float = 600.0, prefix=("-m", "osdp_sim.cli.main")):
+    """(wall seconds, the search's own seconds, stderr) of the command run from tree's code
+    (tree_env)."""
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, *prefix, *ARGS], cwd=tree,
-                         env={**base, **(env or {}), "PYTHONPATH": str(tree)},
+    out = subprocess.run([sys.executable, *prefix, *ARGS], cwd=tree, env=tree_env(tree, env),
                          capture_output=True, text=True, timeout=limit_s)
     wall = time.perf_counter() - t0
     if out.returncode != 0:

@@ -8,7 +8,6 @@ by 20-40% within minutes, so only runs interleaved like this compare.
 """
 
 import argparse
-import os
 import re
 import statistics
 import subprocess
@@ -17,20 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from readme_command import fresh_clone
+from readme_command import fresh_clone, tree_env
 
 LINE = re.compile(r"^(\S+) on titan8.*\n\s+ours\s+(\S+)\s+([0-9.]+) s\s+nodes\s+(\d+)", re.M)
-
-
-def _env(tree: Path) -> dict:
-    """This environment with tree's code first, and numba's cache beside it (as readme_command.run)."""
-    return {**{k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}, "PYTHONPATH": str(tree)}
 
 
 def one_run(tree: Path, limit_s: float) -> dict:
     """model -> (status, seconds, nodes) of one search_bench run from tree's code."""
     out = subprocess.run([sys.executable, "bench/search_bench.py", "--targets", "--quick", "--only", "48",
-                          "--time-limit", "60"], cwd=tree, env=_env(tree),
+                          "--time-limit", "60"], cwd=tree, env=tree_env(tree),
                          capture_output=True, text=True, timeout=limit_s)
     if out.returncode != 0:
         raise SystemExit(f"search_bench failed in {tree}:\n{out.stderr[-2000:]}")
