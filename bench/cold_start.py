@@ -15,10 +15,12 @@ from pathlib import Path
 
 from readme_command import fresh_clone, run
 
+from osdp_sim.cli.common import run_script
 
-def measure(commit: str, deadline: float) -> dict:
+
+def measure(commit: str, deadline: float, field: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        tree = fresh_clone(commit, Path(tmp))
+        tree = fresh_clone(commit, Path(tmp), field)
         got = {}
         for kind in ("cold", "warm"):
             left = deadline - time.perf_counter()
@@ -37,9 +39,9 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=900.0, help="for the whole run, seconds")
     args = ap.parse_args()
     deadline = time.perf_counter() + args.time_limit
-    head = measure(args.commit, deadline)
+    head = measure(args.commit, deadline, "--commit")
     if args.base:
-        base = measure(args.base, deadline)
+        base = measure(args.base, deadline, "--base")
         for run in ("cold", "warm"):
             print(f"{run}: {args.base} {base[run][0]:.1f} s -> {args.commit} {head[run][0]:.1f} s wall "
                   f"({base[run][0] / head[run][0]:.2f}x)")
@@ -47,4 +49,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from readme_command import fresh_clone, run
 
+from osdp_sim.cli.common import run_script
+
 LISTENER = r'''
 import atexit, collections, json, sys, time
 from numba.core import event
@@ -38,9 +40,9 @@ sys.exit(main(sys.argv[1:]))
 '''
 
 
-def measure(commit: str, no_warmup: bool) -> dict:
+def measure(commit: str, no_warmup: bool, field: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        tree = fresh_clone(commit, Path(tmp))
+        tree = fresh_clone(commit, Path(tmp), field)
         wall, search_s, err = run(tree, env={"OSDP_SIM_NO_WARMUP": "1" if no_warmup else ""},
                                   prefix=("-c", LISTENER))
     own = json.loads(err.split("COMPILES ", 1)[1].splitlines()[0])
@@ -58,13 +60,13 @@ def main() -> int:
     ap.add_argument("--base", help="a commit to measure in the same run")
     ap.add_argument("--no-warmup", action="store_true", help="no second compiling process")
     args = ap.parse_args()
-    head = measure(args.commit, args.no_warmup)
+    head = measure(args.commit, args.no_warmup, "--commit")
     if args.base:
-        base = measure(args.base, args.no_warmup)
+        base = measure(args.base, args.no_warmup, "--base")
         print(f"compiles {base['compiles']} -> {head['compiles']}; compiling {base['seconds']:.1f} s -> "
               f"{head['seconds']:.1f} s ({base['seconds'] / head['seconds']:.2f}x)")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

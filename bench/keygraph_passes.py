@@ -23,6 +23,9 @@ from pathlib import Path
 
 from readme_command import fresh_clone, tree_env
 
+from osdp_sim.cli.common import positive_float, positive_int, run_script
+from osdp_sim.errors import UserError
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -43,7 +46,12 @@ def measure(model: str, micro_batch: int, root: str, incumbent: float, reps: int
     lams = keygraph.lambda_grid(eng.bounds.j_lam)
     caps = keygraph.GraphCaps().scaled(caps_factor)
     t = time.perf_counter()
-    g = keygraph.KeyGraph(eng, lams, pq, thr, caps=caps)
+    try:
+        g = keygraph.KeyGraph(eng, lams, pq, thr, caps=caps)
+    except keygraph.TooLarge:
+        raise UserError(f"the key graph passes its caps ({caps.max_level_keys} keys on a level or "
+                        f"{caps.max_stage_sims} stage simulations); a larger --caps-factor builds it",
+                        field="--caps-factor") from None
     first = time.perf_counter() - t
     times = []
     for _ in range(reps):
@@ -57,35 +65,38 @@ def _run(tree: Path, args) -> dict:
     cmd = [sys.executable, __file__, "--json", "--model", args.model, "--micro-batch", str(args.micro_batch),
            "--root", args.root, "--incumbent", str(args.incumbent), "--reps", str(args.reps),
            "--caps-factor", str(args.caps_factor)]
-    out = subprocess.run(cmd, env=tree_env(tree), capture_output=True, text=True,
-                         timeout=600, check=True)
+    out = subprocess.run(cmd, env=tree_env(tree), capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:              # the child's one-line error (run_script), or its last line
+        last = (out.stderr.strip().splitlines() or ["failed"])[-1]
+        raise UserError(last.split(": error: ", 1)[-1] + ("" if tree == ROOT else f" (in the clone of {args.base})"))
     return json.loads(out.stdout.splitlines()[-1])
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="mingpt-48l-1536")
-    ap.add_argument("--micro-batch", type=int, default=6)
+    ap.add_argument("--micro-batch", type=positive_int, default=6)
     ap.add_argument("--root", default="zero2")
-    ap.add_argument("--incumbent", type=float, default=24.35)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--caps-factor", type=int, default=1,
+    ap.add_argument("--incumbent", type=positive_float, default=24.35)
+    ap.add_argument("--reps", type=positive_int, default=5)
+    ap.add_argument("--caps-factor", type=positive_int, default=1,
                     help="GraphCaps scaled by this (10: the search's second try, mingpt-48l-2048 micro-batch 4)")
-    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds with --base")
+    ap.add_argument("--rounds", type=positive_int, default=2, help="alternating rounds with --base")
     ap.add_argument("--base", help="a commit to compare against, run from a clone of it")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.json:
         print(json.dumps(measure(args.model, args.micro_batch, args.root, args.incumbent, args.reps, args.caps_factor)))
         return
-    head = _run(ROOT, args)                    # compiles this tree's loops (cached beside them)
     if not args.base:
+        head = _run(ROOT, args)
         print(f"{args.model} micro-batch {args.micro_batch}: key graph of {head['nodes']} nodes, first build "
               f"{head['first_s']:.2f} s, its passes {head['passes_s']:.3f} s (median of {args.reps})")
         return
     with tempfile.TemporaryDirectory() as d:
         base_tree = fresh_clone(args.base, Path(d))
-        _run(base_tree, args)                  # its compile, not timed
+        head = _run(ROOT, args)                # each tree's compile (cached beside it), not timed
+        _run(base_tree, args)
         base_s, head_s = [], []
         for r in range(args.rounds):
             b, h = _run(base_tree, args), _run(ROOT, args)
@@ -100,4 +111,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

@@ -33,9 +33,13 @@ def run(tree: Path = ROOT, env: dict | None = None, limit_s: float = 600.0, pref
     return wall, float(found.group(1)) if found else float("nan"), out.stderr
 
 
-def fresh_clone(commit: str, into: Path) -> Path:
-    """This repository's `commit` cloned into `into`/tree: no numba cache."""
+def fresh_clone(commit: str, into: Path, field: str = "--base") -> Path:
+    """This repository's `commit` cloned into `into`/tree: no numba cache. A commit the repository
+    lacks is a UserError naming `field`."""
+    from osdp_sim.errors import UserError
     tree = into / "tree"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(tree)], check=True)
-    subprocess.run(["git", "checkout", "-q", commit], cwd=tree, check=True)
+    out = subprocess.run(["git", "checkout", "-q", commit], cwd=tree, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise UserError(f"{commit!r} is not a commit of this repository", field=field)
     return tree

@@ -18,6 +18,9 @@ from pathlib import Path
 
 from readme_command import fresh_clone, tree_env
 
+from osdp_sim.cli.common import positive_float, positive_int, run_script
+from osdp_sim.errors import UserError
+
 LINE = re.compile(r"^(\S+) on titan8.*\n\s+ours\s+(\S+)\s+([0-9.]+) s\s+nodes\s+(\d+)", re.M)
 
 
@@ -35,19 +38,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True)
     ap.add_argument("--commit", default="HEAD")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--time-limit", type=float, default=1800.0, help="for the whole run, seconds")
+    ap.add_argument("--rounds", type=positive_int, default=3)
+    ap.add_argument("--time-limit", type=positive_float, default=1800.0, help="for the whole run, seconds")
     args = ap.parse_args()
     deadline = time.perf_counter() + args.time_limit
 
     def left() -> float:
         s = deadline - time.perf_counter()
         if s <= 0:
-            raise SystemExit("search_ab: out of time (--time-limit)")
+            raise UserError("out of time", field="--time-limit")
         return s
 
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {c: fresh_clone(c, Path(tmp) / str(i)) for i, c in enumerate((args.base, args.commit))}
+        trees = {c: fresh_clone(c, Path(tmp) / str(i), field)
+                 for i, (c, field) in enumerate(((args.base, "--base"), (args.commit, "--commit")))}
         for c, tree in trees.items():
             one_run(tree, left())                      # compiles its loops into its own cache
             print(f"{c}: compiled", flush=True)
@@ -66,4 +70,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

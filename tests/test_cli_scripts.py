@@ -36,6 +36,14 @@ CASES = [
     ("validate/run_table.py", ["--seeds", "0,x"], "--seeds: expected comma-separated whole numbers"),
     ("validate/run_table.py", ["--max-other", "nan"], "--max-other: expected a fraction 0-1"),
     ("bench/estimate_scaling.py", ["--layers", "0"], "expected a positive whole number"),
+    ("bench/keygraph_passes.py", ["--reps", "0"], "expected a positive whole number"),
+    ("bench/keygraph_passes.py", ["--model", "nosuch"], "unknown model 'nosuch'"),
+    ("bench/keygraph_passes.py", ["--base", "nosuch-commit"], "--base: 'nosuch-commit' is not a commit"),
+    ("bench/search_ab.py", ["--base", "nosuch-commit"], "--base: 'nosuch-commit' is not a commit"),
+    ("bench/search_ab.py", ["--base", "HEAD", "--rounds", "0"], "expected a positive whole number"),
+    ("bench/cold_start.py", ["--commit", "nosuch-commit"], "--commit: 'nosuch-commit' is not a commit"),
+    ("bench/search_phases.py", ["--mem-limit-gib", "0"], "expected a positive, finite number"),
+    ("bench/compile_time.py", ["--commit", "nosuch-commit"], "--commit: 'nosuch-commit' is not a commit"),
 ]
 
 
