@@ -100,11 +100,12 @@ def main():
         base_s, head_s = [], []
         for r in range(args.rounds):
             b, h = _run(base_tree, args), _run(ROOT, args)
-            assert b["nodes"] == h["nodes"], (b, h)
             base_s.append(b["passes_s"])
             head_s.append(h["passes_s"])
-            print(f"round {r + 1}: {args.base} {b['passes_s']:.3f} s, this tree {h['passes_s']:.3f} s "
-                  f"({h['nodes']} nodes)", flush=True)
+            nodes = f"{h['nodes']} nodes" if b["nodes"] == h["nodes"] else \
+                f"{b['nodes']} nodes there, {h['nodes']} here: other graphs, the ratio compares unlike work"
+            print(f"round {r + 1}: {args.base} {b['passes_s']:.3f} s, this tree {h['passes_s']:.3f} s ({nodes})",
+                  flush=True)
         mb, mh = statistics.median(base_s), statistics.median(head_s)
         print(f"{args.model} micro-batch {args.micro_batch}, key graph of {head['nodes']} nodes: passes "
               f"{mb:.3f} s -> {mh:.3f} s, {mb / mh:.2f}x")

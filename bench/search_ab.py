@@ -24,14 +24,18 @@ from osdp_sim.errors import UserError
 LINE = re.compile(r"^(\S+) on titan8.*\n\s+ours\s+(\S+)\s+([0-9.]+) s\s+nodes\s+(\d+)", re.M)
 
 
-def one_run(tree: Path, limit_s: float) -> dict:
-    """model -> (status, seconds, nodes) of one search_bench run from tree's code."""
+def one_run(tree: Path, commit: str, limit_s: float) -> dict:
+    """model -> (status, seconds, nodes) of one search_bench run from tree's code (commit's)."""
     out = subprocess.run([sys.executable, "bench/search_bench.py", "--targets", "--quick", "--only", "48",
                           "--time-limit", "60"], cwd=tree, env=tree_env(tree),
                          capture_output=True, text=True, timeout=limit_s)
     if out.returncode != 0:
-        raise SystemExit(f"search_bench failed in {tree}:\n{out.stderr[-2000:]}")
-    return {m: (st, float(s), int(n)) for m, st, s, n in LINE.findall(out.stdout)}
+        raise SystemExit(f"search_bench failed at {commit}:\n{out.stderr[-2000:]}")
+    got = {m: (st, float(s), int(n)) for m, st, s, n in LINE.findall(out.stdout)}
+    if not got:
+        raise UserError(f"no search line in bench/search_bench.py's output at {commit} "
+                        f"(its format changed?):\n{out.stdout[-500:]}")
+    return got
 
 
 def main() -> int:
@@ -53,12 +57,12 @@ def main() -> int:
         trees = {c: fresh_clone(c, Path(tmp) / str(i), field)
                  for i, (c, field) in enumerate(((args.base, "--base"), (args.commit, "--commit")))}
         for c, tree in trees.items():
-            one_run(tree, left())                      # compiles its loops into its own cache
+            one_run(tree, c, left())                      # compiles its loops into its own cache
             print(f"{c}: compiled", flush=True)
         times = {c: {} for c in trees}
         for r in range(args.rounds):
             for c, tree in trees.items():
-                got = one_run(tree, left())
+                got = one_run(tree, c, left())
                 for m, (st, s, n) in got.items():
                     times[c].setdefault(m, []).append(s)
                 print(f"round {r + 1} {c}: " + ", ".join(f"{m} {s:.2f} s ({st}, {n} nodes)"

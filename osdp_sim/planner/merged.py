@@ -96,8 +96,7 @@ class MergedView:
             a = self.arenas[self.engine.slot_class(g)] = TableArena(self.engine.arena(g).codes)
         new = a.missing(mids)
         if len(new):
-            ds, nks, _codes = self.engine.tables(new, g, deadline, timeout)
-            ds = ds.copy()
+            ds, nks, _codes = self.engine.tables(new, g, deadline, timeout)   # a copy (TableArena.gather)
             ds[:, :, [O_V, O_Y, O_M1, O_M2]] = NEG     # forward, backward and checkpoint events
             ds[:, :, [D_Y, NEW_PM, G_A, P_A]] = 0      # live bytes, optimizer temporary, re-gathers
             a.add_rows(new, self.merged_ids(nks.reshape(-1)).reshape(nks.shape), ds)
