@@ -34,12 +34,10 @@ ENTRY_POINTS = {
     "osdp_sim.planner.keystore._same_as_first": "(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1])",
     "osdp_sim.planner.keystore._queue_hashes": "(int64[:, ::1], int64[::1], int64[::1], int64[::1])",
     "osdp_sim.costmodel.fold.run_stages":
-        "(float64[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1], float64[:, ::1], int64[:, ::1], "
-        "float64[:, ::1], float64[:, ::1], int64[:, ::1], int64[:, ::1])",
+        "(float64[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1], int64[::1], float64[:, ::1], "
+        "int64[:, ::1], float64[:, ::1], float64[:, ::1], int64[:, ::1], float64[:, ::1], int64[:, ::1], "
+        "int64[:, ::1])",
     "osdp_sim.planner.labelfold.update_chain": "(int64[:, ::1], int64[:, :, ::1], int64, boolean)",
-    "osdp_sim.costmodel.fold.run_tasks":
-        "(float64[:, ::1], float64[:, ::1], int64[:, ::1], float64[:, ::1], float64[:, ::1], int64[:, ::1], "
-        "float64[:, ::1], float64, float64, float64, int64)",
     "osdp_sim.planner.labelbounds.label_bounds":
         "(int64[:, ::1], int64[::1], float64[:, ::1], float64[::1], float64[::1], float64, boolean, float64, "
         "float64, float64[:, ::1], int64[::1], float64[::1], float64[::1], boolean, float64)",

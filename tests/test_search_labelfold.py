@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from osdp_sim.costmodel import fold
-from osdp_sim.costmodel.fast import NEG, Label, StageOut, StagePlan, apply
+from osdp_sim.costmodel.fast import NEG, Label, StageOut, StagePart, apply
 from osdp_sim.planner import labels
 from osdp_sim.planner.labelbounds import compiled_label_cols
 from osdp_sim.planner.labelfold import compiled_layout, graph_back, graph_forward, update_chain
@@ -40,7 +40,7 @@ def _ref(lrow, drow, m, pm_sum):
 
 def test_columns_are_named_once_for_every_field_of_label_and_stageout():
     """The label columns are fast.Label's fields, the delta columns StageOut's after its key, in
-    their order (fast.stage_fields returns the deltas as StageOut's fields), each one column."""
+    their order (fast.run_stage builds StageOut from fold.run_stages's deltas), each one column."""
     assert [f.name for f in fields(Label)] == list(LABEL_COLS)
     assert [getattr(labels, c) for c in LABEL_COLS.values()] == list(range(NCOL))
     assert [f.name for f in fields(StageOut)][1:] == list(DELTA_COLS)
@@ -48,7 +48,7 @@ def test_columns_are_named_once_for_every_field_of_label_and_stageout():
     assert list(fold.STAGE_DELTAS) == list(DELTA_COLS)          # fold.run_stages writes them in that order
     assert [fold._DT, fold._OPT, fold._S_N, fold._O_V, fold._O_Y, fold._D_Y, fold._D_V, fold._NEW_PM, fold._O_M1,
             fold._O_M2, fold._G_A, fold._P_A] == list(range(NDELTA))
-    assert set(fold.PLAN_FIXED) <= set(StagePlan.__dataclass_fields__) & set(fold.STAGE_DELTAS)
+    assert set(fold.PART_FIXED) <= set(StagePart._fields) & set(fold.STAGE_DELTAS)
     lab = Label(*range(10, 10 + NCOL))
     assert label_row(lab) == [getattr(lab, f) for f in LABEL_COLS]
 

@@ -186,11 +186,10 @@ _MAX_UNIT_RECORDS = 200_000
 
 
 def clear_caches() -> None:
-    """Forget every cache of the cost model (units, group times, unit records, stage plans): a
+    """Forget every cache of the cost model (units, group times, unit records, stage parts): a
     test that patches a rule of rules.py calls it before and after."""
     lowering.clear_caches()
     _UNIT_RECORDS.clear()
-    _PLANS.clear()
     _PARTS.clear()
     _GROUP_STEPS.clear()
 
@@ -328,6 +327,12 @@ def _fold():
 _fold_module = None
 
 
+def _arena():
+    """A new costmodel/stagearena.StageArena (imported on first use, as fold.py)."""
+    from osdp_sim.costmodel.stagearena import StageArena
+    return StageArena()
+
+
 def run_compute(c: float, start_deltas: tuple, end_delta: float, queue: tuple, new_items: tuple,
                 barrier: int | None, s: float):
     """Run one compute task of work c (> 0) from time 0 (compiled: fold.py).
@@ -437,62 +442,53 @@ def mlp_first(mlp: tuple, pend: Pending) -> bool:
     return bool(z) and z[-1].backward_gather_s > 0 and bool(pend.end_items)
 
 
-@dataclass(frozen=True)
-class StagePlan:
-    """What a stage computes without its queue: its forward part and its backward compute tasks."""
+class StagePart(NamedTuple):
+    """A stage without its head: what stage_part computes from its steps alone, the same for
+    every pending step before them. fold.run_stages joins it with a pending step's backward task
+    (the head) and runs the whole stage on a key's queue (fold._join: the head's items, the time
+    before the backward tasks and the forward events, the last ones read from the pending step's
+    own gather).
 
-    head_row: tuple               # the pending step's task: fold.task_row's tasks_f row
-    head_barrier: int             # ... its barrier (-1: none)
-    head_items: tuple             # ... and the items it queues
-    tail: tuple                   # fold.pack of the stage's own tasks after it (shared by the plans
-                                  # of the same steps, kind, s and ck)
-    split: int                    # tasks[:split] give o_y; "ckmlp": the rest give o_m2
+    kind (stage_part): "group" (one group of an unchecked block); "ckpt" (a whole checkpointed
+    block, ck its checkpoint bytes); "ckmlp" then "ckattn" (a checkpointed block whose MLP
+    re-gathers something, one group at a time: its recompute then waits for the block's gathers,
+    which run with compute idle, so the attention adds to the MLP's stage only its gather and
+    recompute time, and two constants to the MLP's memory events (carried as m1, m2)); "embed"
+    (the embedding step, then the reduction tail)."""
+
     slowdown: float               # the overlap slowdown s the tasks run with
-    dt0_s: float                  # time before the backward tasks (forward segments, "ckattn"'s gathers)
-    y0_bytes: float               # live-byte offset before them (S_N, "ckattn"'s re-gathered bytes)
-    new_pend: Pending | None
-    opt: int                      # StageOut's queue-independent fields, quantised
-    s_n: int
-    o_v: int
-    d_v: int
-    pm: int
-    g_a: int
-    p_a: int
-
-
-class _StepsPart(NamedTuple):
-    """What stage_plan computes from the steps alone (cached per steps, kind, s, ck): all but the
-    last forward segment and event, which read the pending step's gather, and the first backward
-    task, the pending step's own."""
-
     dt_s: float                   # forward segments but the last (in order)
+    last_fwd_s: float             # the last step's forward work (its segment pairs with the pending gather)
+    dt_extra_s: float             # added after that segment: "embed"'s root all-gather, "ckattn"'s
+                                  # gathers and recompute; 0 else
     o_v_bytes: float              # forward events but the last
     last_event_bytes: float       # the last step's event without the pending step's prefetch
-    last_fwd_s: float             # the last step's forward work (its segment pairs with the pending gather)
-    y0_bytes: float
+    o_v_floor_bytes: float        # "embed": resident bytes and the root's copy allocated at t = 0; -inf else
+    y0_bytes: float               # live-byte offset before the backward tasks (S_N, "ckattn"'s re-gathered bytes)
     first_extra: tuple            # items the pending step's task queues besides its reductions
-    first_barrier: bool           # ... and whether the next task waits for them
-    tail: tuple                   # fold.pack of the tasks after the first (item offsets from 0)
-    n_tail_tasks: int
-    opt: int
+    extra_first: bool             # ... before them ("group": it prefetches the last step's gather)
+    first_barrier: bool           # ... and whether the next task waits for them (the first under
+                                  # "group", the last else)
+    tail: tuple                   # fold.pack of the tasks after the head (item offsets from 0)
+    split: int                    # the head and tail tasks[:split] give o_y; "ckmlp": the rest give o_m2
+    new_pend: "Pending | None"    # the pending step the stage leaves
+    opt: int                      # StageOut's queue-independent fields, quantised
     s_n: int
     d_v: int
     pm: int                       # summed over the steps
     pm_max: int                   # their largest
     g_a: int
     p_a: int
-    ckattn_s: float               # "ckattn": its gathers and recompute, after the forward segments
-    root_start_bytes: float       # "embed": resident bytes and the root's copy allocated at t = 0
 
 
-def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> _StepsPart:
+def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> StagePart:
     ckpt = kind in ("ckpt", "ckmlp", "ckattn")
     first_has_ck = kind in ("ckpt", "ckattn")
     n = len(steps)
     fwd = [_forward_terms(st, ckpt, i == 0 and first_has_ck, ck) for i, st in enumerate(steps)]
     res_n = sum(st.resident_bytes for st in steps)
     s_n = res_n + sum(f.kept_bytes for f in fwd)
-    # forward segments and forward events (the last step's pair with the pending step: stage_plan)
+    # forward segments and forward events (the last step's pair with the pending step: fold._join)
     dt = 0.0
     o_v = float("-inf")
     prefix = 0.0
@@ -505,7 +501,8 @@ def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> _StepsPart:
     # backward compute tasks after the pending step's, in backward order:
     # (work, start deltas, end delta, new items, barrier)
     y = s_n
-    g_a = p_a = dt_ck = 0.0
+    g_a = p_a = dt_extra = 0.0
+    o_v_floor = float("-inf")
 
     def task(p, extra=(), barrier=None):
         return (p.bwd_s, p.start_deltas, p.end_delta, p.end_items + extra, barrier)
@@ -516,7 +513,10 @@ def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> _StepsPart:
 
     chain = [task(st.pending) for st in steps[:0:-1]]   # units already gathered: no prefetch
     extra, barrier = (), False
+    new_pend = steps[0].pending
     if kind in ("ckpt", "ckmlp"):
+        # the pending step's task queues the block's gathers behind its reductions (the
+        # recompute waits for the last)
         extra = tuple(st.backward_gather_item for st in steps if st.regathers)
         barrier = bool(extra)
         tail = [recompute()] + chain
@@ -525,10 +525,11 @@ def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> _StepsPart:
         g_a = sum(rules.allocated_bytes(st.backward_gather.at_start) for st in steps if st.regathers)
         rc = _recompute_task(steps, 0.0)
         p_a = g_a + _net(rc.at_start)
-        dt_ck = sum(st.backward_gather.work_s for st in steps if st.regathers) + rc.work_s
+        dt_extra = sum(st.backward_gather.work_s for st in steps if st.regathers) + rc.work_s
         y += p_a
         tail = chain
     elif kind == "group":
+        # the pending step's task prefetches the last step's gather (the next task waits for it)
         tail = []
         if steps[n - 1].regathers:
             extra, barrier = (steps[n - 1].backward_gather_item,), True
@@ -536,109 +537,46 @@ def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> _StepsPart:
             nxt = steps[n - 1 - j]
             tail.append((p.bwd_s, p.start_deltas, p.end_delta, (nxt.backward_gather_item,) + p.end_items, 0)
                         if nxt.regathers else task(p))
+        new_pend = steps[0].pending_regathered
     else:  # embed: the pending step, then the embedding's backward and the reduction tail
         p = steps[0].pending
         tail = [task(p, (), len(p.end_items) - 1)]
+        dt_extra = steps[0].forward_gather_s or 0.0                 # the root all-gather starts the step
+        o_v_floor = res_n + steps[0].gathered_before_forward_bytes  # and allocates the root's copy at t=0
+        new_pend = None
     pms = [st.optimizer_temp_bytes for st in steps]
-    return _StepsPart(dt_s=dt, o_v_bytes=o_v, last_event_bytes=last_event, last_fwd_s=fwd[n - 1].work_s,
-                      y0_bytes=y, first_extra=extra, first_barrier=barrier, tail=_fold().pack(tail),
-                      n_tail_tasks=len(tail), opt=qt(sum(st.optimizer_s for st in steps)), s_n=qm(s_n),
-                      d_v=qm(res_n), pm=qm(sum(pms)), pm_max=qm(max(pms, default=0.0)), g_a=qm(g_a), p_a=qm(p_a),
-                      ckattn_s=dt_ck, root_start_bytes=res_n + steps[0].gathered_before_forward_bytes)
+    return StagePart(slowdown=s, dt_s=dt, last_fwd_s=fwd[n - 1].work_s, dt_extra_s=dt_extra, o_v_bytes=o_v,
+                     last_event_bytes=last_event, o_v_floor_bytes=o_v_floor, y0_bytes=y, first_extra=extra,
+                     extra_first=kind == "group", first_barrier=barrier, tail=_fold().pack(tail),
+                     split=1 if kind == "ckmlp" else 1 + len(tail), new_pend=new_pend,
+                     opt=qt(sum(st.optimizer_s for st in steps)), s_n=qm(s_n), d_v=qm(res_n), pm=qm(sum(pms)),
+                     pm_max=qm(max(pms, default=0.0)), g_a=qm(g_a), p_a=qm(p_a))
 
 
-_PARTS: dict = {}                 # (ids of steps, kind, s, ck) -> (steps, _StepsPart): the steps held, so their ids stay theirs
+_PARTS: dict = {}                 # (ids of steps, kind, s, ck) -> (steps, StagePart): the steps held, so their ids stay theirs
+_MAX_PARTS = 200_000
 
 
-def stage_plan(pend: Pending, steps: tuple, kind: str, s: float, ck: float = 0.0,
-               pm_sum: bool = False) -> StagePlan:
-    """Process `steps` (forward order) given the pending step left by the later steps.
-
-    kind: "group" (one group of an unchecked block); "ckpt" (a whole checkpointed block, ck its
-    checkpoint bytes); "ckmlp" then "ckattn" (a checkpointed block whose MLP re-gathers something,
-    one group at a time: its recompute then waits for the block's gathers, which run with compute
-    idle, so the attention adds to the MLP's stage only its gather and recompute time, and two
-    constants to the MLP's memory events (carried as m1, m2)); "embed" (the embedding step, then
-    the reduction tail).
-    """
+def stage_part(steps: tuple, kind: str, s: float, ck: float = 0.0) -> StagePart:
+    """Process `steps` (forward order) after whatever pending step the later steps leave (see
+    StagePart for `kind`); cached by the identity of the StepCosts (the search lays out the same
+    steps after many pending steps; hashing the dataclasses costs more than the part saves)."""
     mk = (tuple(map(id, steps)), kind, s, ck)
     hit = _PARTS.get(mk)
     if hit is None:
-        if len(_PARTS) >= _MAX_PLANS:
+        if len(_PARTS) >= _MAX_PARTS:
             _PARTS.clear()
         hit = _PARTS[mk] = (steps, _steps_part(steps, kind, s, ck))
-    part = hit[1]
-    # the last step's forward segment pairs with the pending step's gather, its event with that copy
-    dt = part.dt_s + seg(part.last_fwd_s, pend.forward_gather_s or 0.0, s)
-    o_v = max(part.o_v_bytes, part.last_event_bytes + pend.gathered_bytes)
-    if kind == "embed":
-        dt += steps[0].forward_gather_s or 0.0                       # the root all-gather starts the step
-        o_v = max(o_v, part.root_start_bytes)                       # and allocates the root's copy at t=0
-    elif kind == "ckattn":
-        dt += part.ckattn_s
-    # the pending step's backward task first, then the steps' own: under "group" it prefetches the
-    # last step's gather (the next task waits for it), under "ckpt" / "ckmlp" it queues the block's
-    # gathers behind its reductions (the recompute waits for the last)
-    if kind == "group":
-        new = part.first_extra + pend.end_items
-        barrier = 0 if part.first_barrier else None
-    else:
-        new = pend.end_items + part.first_extra
-        barrier = len(new) - 1 if part.first_barrier else None
-    row, bar = _fold().task_row(pend.bwd_s, pend.start_deltas, pend.end_delta, barrier)
-    new_pend = None if kind == "embed" else (steps[0].pending_regathered if kind == "group"
-                                              else steps[0].pending)
-    return StagePlan(head_row=row, head_barrier=bar, head_items=new, tail=part.tail,
-                     split=1 if kind == "ckmlp" else 1 + part.n_tail_tasks, slowdown=s, dt0_s=dt,
-                     y0_bytes=part.y0_bytes, new_pend=new_pend, opt=part.opt,
-                     s_n=part.s_n, o_v=qm(o_v), d_v=part.d_v, pm=part.pm if pm_sum else part.pm_max,
-                     g_a=part.g_a, p_a=part.p_a)
+    return hit[1]
 
 
-_PLANS: dict = {}                 # (ids of pend and steps, kind, s, ck, pm_sum) -> (pend, steps, StagePlan)
-_MAX_PLANS = 200_000
-
-
-def _plan_of(pend, steps, kind, s, ck, pm_sum) -> StagePlan:
-    """stage_plan, cached by the identity of the pending step and the StepCosts (the cache holds
-    them, so their ids stay theirs): hashing the dataclasses costs more than the plan saves."""
-    mk = (id(pend), tuple(map(id, steps)), kind, s, ck, pm_sum)
-    hit = _PLANS.get(mk)
-    if hit is None:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        hit = _PLANS[mk] = (pend, steps, stage_plan(pend, steps, kind, s, ck, pm_sum))
-    return hit[2]
-
-
-def stage_rows(sp: StagePlan, queue_rows) -> tuple:
-    """A stage's backward compute tasks against a queue given as fold.py's rows (fold.queue_array),
-    in one compiled call: (the queue left as rows, StageOut's fields after the key in their order)."""
+def run_stage(arena, key: tuple, part: StagePart, pm_sum: bool = False) -> StageOut:
+    """The stage of `part` from key (pending step, queue), run by fold.run_stages through a
+    stagearena.StageArena (which keeps the part's and the pending step's rows). pm_sum: the
+    optimizer temporaries add up (lowering.optimizer_temp_sums)."""
     fold = _fold_module or _fold()
-    dt, y, o_y, o_m1, o_m2, left = fold.run_tasks(queue_rows, *fold.head_arrays(sp.head_row, sp.head_barrier,
-                                                                                sp.head_items),
-                                                  *sp.tail, sp.slowdown, sp.dt0_s, sp.y0_bytes, sp.split)
-    return left, (qt(dt), sp.opt, sp.s_n, sp.o_v, qm(o_y), qm(y), sp.d_v, sp.pm, qm(o_m1), qm(o_m2), sp.g_a, sp.p_a)
-
-
-def stage_fields(sp: StagePlan, queue_rows) -> tuple[tuple, tuple]:
-    """stage_rows with the new key as a tuple (StageOut.key), then StageOut's other fields."""
-    left, fields = stage_rows(sp, queue_rows)
-    return (sp.new_pend, (_fold_module or _fold()).queue_tuple(left)), fields
-
-
-def run_stage(sp: StagePlan, queue: tuple) -> StageOut:
-    """stage_fields on a queue given as a key's tuple, as a StageOut."""
-    fold = _fold_module or _fold()
-    new_key, fields = stage_fields(sp, fold.queue_array(queue))
-    return StageOut(new_key, *fields)
-
-
-def stage(key: tuple, steps: tuple, kind: str, s: float, ck: float = 0.0, pm_sum: bool = False) -> StageOut:
-    """stage_plan's stage run on the key's queue (see stage_plan for `kind`); the plan is cached
-    (the search meets the same pending step and steps with many queues)."""
-    pend, queue = key
-    return run_stage(_plan_of(pend, steps, kind, s, ck, pm_sum), queue)
+    deltas, left = arena.run_one(fold.queue_array(key[1]), arena.pend_number(key[0]), arena.part_number(part, pm_sum))
+    return StageOut((part.new_pend, fold.queue_tuple(left)), *deltas)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -705,7 +643,7 @@ def _shared_group_steps(g: OpGroup, choice: GroupChoice, spec: ModelSpec, hw: Ha
     key = (spec.config, id(hw), group_shape(g), choice, cfg)
     hit = _GROUP_STEPS.get(key)
     if hit is None:
-        if len(_GROUP_STEPS) >= _MAX_PLANS:
+        if len(_GROUP_STEPS) >= _MAX_PARTS:
             _GROUP_STEPS.clear()
         hit = _GROUP_STEPS[key] = (hw, group_steps(g, choice, spec, hw, cfg))
     return hit[1]
@@ -738,14 +676,15 @@ def fast_estimate(spec: ModelSpec, hw: HardwareProfile, plan: Plan) -> FastEstim
     root = root_steps(spec, hw, cfg)
     pm_sum = optimizer_temp_sums(hw, plan.optimizer)
     key, lab = start_label(root.head, m, s)
+    arena = _arena()
     for stages in block_stages(spec, plan, hw, cfg):
         if stages[0][0] == "ckmlp":
             split = mlp_first(stages[0][1], key[0])
             stages = stages[:2] if split else stages[2:]
-        for kind, steps, ck in stages:             # (one plan: its stage plans are not cached)
-            out = run_stage(stage_plan(key[0], steps, kind, s, ck, pm_sum), key[1])
+        for kind, steps, ck in stages:
+            out = run_stage(arena, key, stage_part(steps, kind, s, ck), pm_sum)
             lab, key = apply(lab, out, m, pm_sum), out.key
-    out = run_stage(stage_plan(key[0], (root.embed,), "embed", s, pm_sum=pm_sum), key[1])
+    out = run_stage(arena, key, stage_part((root.embed,), "embed", s), pm_sum)
     lab = apply(lab, out, m, pm_sum)
     t_q, peak_q = finish(lab)
     it_s = t_q * TIME_Q

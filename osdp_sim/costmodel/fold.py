@@ -14,7 +14,7 @@ every pending step), so a stage plan never copies its tail.
 
 import numpy as np
 
-from osdp_sim.costmodel.fast import MEM_Q, NEG, TIME_Q
+from osdp_sim.costmodel.fast import MEM_Q, NEG, TIME_Q, seg
 from osdp_sim.jit import compiled
 
 QCOLS = 6
@@ -270,16 +270,27 @@ def run_tasks(queue, head_f, head_i, head_items, tail_f, tail_i, tail_items, s, 
     return dt, y, o_y, o_m1, o_m2, left[:nq].copy()
 
 
-# run_stages's plan columns: plan_f (float64), plan_i (int64), plan_fixed (a StagePlan's
-# queue-independent fields, quantised)
-PF_SLOWDOWN, PF_DT0, PF_Y0 = 0, 1, 2
-PI_HEAD_TASK_BEGIN, PI_HEAD_TASK_END, PI_HEAD_ITEM_BEGIN, PI_HEAD_ITEM_END = 0, 1, 2, 3
-PI_TAIL_TASK_BEGIN, PI_TAIL_TASK_END, PI_TAIL_ITEM_BEGIN, PI_TAIL_ITEM_END, PI_SPLIT = 4, 5, 6, 7, 8
-PI_COLS = 9
-PLAN_FIXED = ("opt", "s_n", "o_v", "d_v", "pm", "g_a", "p_a")
+# A stage is a pending step's backward task (its head) followed by a part (fast.StagePart: the
+# stage's own steps, the same for every pending step). run_stages reads both as rows of a
+# stagearena.StageArena and joins them (_join); these are their columns.
+# pend_f: the head's tasks_f row (work, end delta, three start deltas), then the pending step's
+# own forward all-gather (0: none) and the bytes it allocates; pend_i: its items' range
+PD_TASK_COLS, PD_FORWARD_GATHER, PD_GATHERED = 5, 5, 6
+PEND_F_COLS = 7
+PD_ITEM_BEGIN, PD_ITEM_END = 0, 1
+PEND_I_COLS = 2
+# part_f and part_i: StagePart's fields; part_fixed: its queue-independent deltas, quantised
+PT_SLOWDOWN, PT_DT, PT_LAST_FWD, PT_DT_EXTRA, PT_O_V, PT_LAST_EVENT, PT_O_V_FLOOR, PT_Y0 = range(8)
+PART_F_COLS = 8
+(PT_TAIL_TASK_BEGIN, PT_TAIL_TASK_END, PT_TAIL_ITEM_BEGIN, PT_TAIL_ITEM_END, PT_EXTRA_BEGIN, PT_EXTRA_END,
+ PT_EXTRA_FIRST, PT_BARRIER, PT_SPLIT, PT_NEW_PEND) = range(10)
+PART_I_COLS = 10
+PART_FIXED = ("opt", "s_n", "d_v", "pm", "g_a", "p_a")
 # the columns of run_stages's deltas: fast.StageOut's fields after the key, in their order
 STAGE_DELTAS = ("dt", "opt", "s_n", "o_v", "o_y", "d_y", "d_v", "pm", "o_m1", "o_m2", "g_a", "p_a")
 _DT, _OPT, _S_N, _O_V, _O_Y, _D_Y, _D_V, _NEW_PM, _O_M1, _O_M2, _G_A, _P_A = range(12)
+
+_seg = compiled(seg, inline=True)
 
 
 @compiled
@@ -290,63 +301,109 @@ def _fixed(x, unit, neg):
     return np.int64(np.rint(x / unit))
 
 
+@compiled(inline=True)
+def _copy_items(items, b, e, out, w):
+    """items[b:e] into out from row w; returns the next free row."""
+    for r in range(b, e):
+        for col in range(ICOLS):
+            out[w, col] = items[r, col]
+        w += 1
+    return w
+
+
+@compiled(inline=True)
+def _join(pf, pi, qf, qi, items, head_f, head_i, head_items):
+    """The head of a stage (the pending step's backward task, pend row pf / pi) before part qf / qi:
+    its task row into head_f[0], its items into head_items (under "group" the part's extra items
+    come first: the pending task prefetches the part's last step's gather; else its reductions
+    come first and the part's re-gathers queue behind them) with the barrier on the extra items
+    (the first one under "group", the last one else) into head_i[0]. Returns (items written,
+    the stage's time before its backward tasks, its forward events' maximum): the part's forward
+    segments, its last one paired with the pending step's gather, and its events, the last one
+    with that gather's copy (fast.StagePart)."""
+    for col in range(PD_TASK_COLS):
+        head_f[0, col] = pf[col]
+    xb, xe = qi[PT_EXTRA_BEGIN], qi[PT_EXTRA_END]
+    if qi[PT_EXTRA_FIRST] != 0:
+        w = _copy_items(items, xb, xe, head_items, 0)
+        w = _copy_items(items, pi[PD_ITEM_BEGIN], pi[PD_ITEM_END], head_items, w)
+        barrier = 0
+    else:
+        w = _copy_items(items, pi[PD_ITEM_BEGIN], pi[PD_ITEM_END], head_items, 0)
+        w = _copy_items(items, xb, xe, head_items, w)
+        barrier = w - 1
+    head_i[0, 0] = 0
+    head_i[0, 1] = w
+    head_i[0, 2] = barrier if qi[PT_BARRIER] != 0 else -1
+    dt0 = qf[PT_DT] + _seg(qf[PT_LAST_FWD], pf[PD_FORWARD_GATHER], qf[PT_SLOWDOWN]) + qf[PT_DT_EXTRA]
+    o_v = max(max(qf[PT_O_V], qf[PT_LAST_EVENT] + pf[PD_GATHERED]), qf[PT_O_V_FLOOR])
+    return w, dt0, o_v
+
+
 @compiled
-def run_stages(queues, queue_begin, queue_end, job_key, job_plan, tasks_f, tasks_i, items, plan_f, plan_i,
-               plan_fixed):
-    """Many stages in one call: job j runs plan job_plan[j] on the queue of key job_key[j]
-    (queues[queue_begin[k]:queue_end[k]]). A plan p's tasks are its head's, tasks_f/tasks_i[head
-    task begin:end] with items[head item begin:end], then its tail's, likewise (plan_i's columns;
-    plans share tails), run with plan_f's slowdown, dt0 and y0 as run_tasks. Returns (deltas
-    (jobs, 12): the stage deltas in fixed point, STAGE_DELTAS's columns, the queue-independent
-    ones copied from plan_fixed (PLAN_FIXED's columns); left (rows, 6): the queues left, job j's
-    at left[left_begin[j]:left_end[j]], -0.0 written as 0.0 so that equal queues have equal bytes;
-    left_begin; left_end)."""
+def run_stages(queues, queue_begin, queue_end, job_key, job_pend, job_part, tasks_f, tasks_i, items, pend_f,
+               pend_i, part_f, part_i, part_fixed):
+    """Many stages in one call: job j runs the head of pending step job_pend[j] (pend_f, pend_i)
+    and then part job_part[j] (part_f, part_i: its tail's tasks tasks_f/tasks_i[tail task
+    begin:end] with items[tail item begin:end], its extra items, slowdown, y0 and split as
+    run_tasks) on the queue of key job_key[j] (queues[queue_begin[k]:queue_end[k]]); _join makes
+    the head. Returns (deltas (jobs, 12): the stage deltas in fixed point, STAGE_DELTAS's columns,
+    the queue-independent ones copied from part_fixed (PART_FIXED's columns); left (rows, 6): the
+    queues left, job j's at left[left_begin[j]:left_end[j]], -0.0 written as 0.0 so that equal
+    queues have equal bytes; left_begin; left_end)."""
     nj = job_key.shape[0]
     left_begin = np.empty(nj, dtype=np.int64)
     left_end = np.empty(nj, dtype=np.int64)
     total = 0
     cap_max = 1
+    head_max = 1
     for j in range(nj):
-        p = job_plan[j]
-        cap = (queue_end[job_key[j]] - queue_begin[job_key[j]] + plan_i[p, PI_HEAD_ITEM_END]
-               - plan_i[p, PI_HEAD_ITEM_BEGIN] + plan_i[p, PI_TAIL_ITEM_END] - plan_i[p, PI_TAIL_ITEM_BEGIN] + 1)
+        d, p = job_pend[j], job_part[j]
+        nh = pend_i[d, PD_ITEM_END] - pend_i[d, PD_ITEM_BEGIN] + part_i[p, PT_EXTRA_END] - part_i[p, PT_EXTRA_BEGIN]
+        cap = (queue_end[job_key[j]] - queue_begin[job_key[j]] + nh + part_i[p, PT_TAIL_ITEM_END]
+               - part_i[p, PT_TAIL_ITEM_BEGIN] + 1)
         left_begin[j] = total
         total += cap
         if cap > cap_max:
             cap_max = cap
+        if nh > head_max:
+            head_max = nh
     left = np.empty((total, QCOLS))
     deltas = np.empty((nj, 12), dtype=np.int64)
     buf_a, buf_b, ev_t, ev_o, ev_k, ev_d = _scratch(cap_max)
+    head_f = np.empty((1, 5))
+    head_i = np.empty((1, 3), dtype=np.int64)
+    head_items = np.empty((head_max, ICOLS))
     for j in range(nj):
-        p = job_plan[j]
+        d, p = job_pend[j], job_part[j]
         q0 = queue_begin[job_key[j]]
         nq = queue_end[job_key[j]] - q0
         for r in range(nq):
             for col in range(QCOLS):
                 buf_a[r, col] = queues[q0 + r, col]
-        h0, h1 = plan_i[p, PI_HEAD_TASK_BEGIN], plan_i[p, PI_HEAD_TASK_END]
-        t0, t1 = plan_i[p, PI_TAIL_TASK_BEGIN], plan_i[p, PI_TAIL_TASK_END]
+        nh, dt0, o_v = _join(pend_f[d], pend_i[d], part_f[p], part_i[p], items, head_f, head_i, head_items)
+        t0, t1 = part_i[p, PT_TAIL_TASK_BEGIN], part_i[p, PT_TAIL_TASK_END]
         dt, y, o_y, o_m1, o_m2, out, n_left = _fold_tasks(
-            tasks_f[h0:h1], tasks_i[h0:h1], items[plan_i[p, PI_HEAD_ITEM_BEGIN]:plan_i[p, PI_HEAD_ITEM_END]],
-            tasks_f[t0:t1], tasks_i[t0:t1], items[plan_i[p, PI_TAIL_ITEM_BEGIN]:plan_i[p, PI_TAIL_ITEM_END]],
-            plan_f[p, PF_SLOWDOWN], plan_f[p, PF_DT0], plan_f[p, PF_Y0], plan_i[p, PI_SPLIT],
+            head_f, head_i, head_items[:nh],
+            tasks_f[t0:t1], tasks_i[t0:t1], items[part_i[p, PT_TAIL_ITEM_BEGIN]:part_i[p, PT_TAIL_ITEM_END]],
+            part_f[p, PT_SLOWDOWN], dt0, part_f[p, PT_Y0], part_i[p, PT_SPLIT],
             buf_a, nq, buf_b, ev_t, ev_o, ev_k, ev_d)
         b = left_begin[j]
         for r in range(n_left):
             for col in range(QCOLS):
                 left[b + r, col] = out[r, col] + 0.0
         left_end[j] = b + n_left
-        fx = plan_fixed[p]
+        fx = part_fixed[p]
         deltas[j, _DT] = _fixed(dt, TIME_Q, NEG)
         deltas[j, _OPT] = fx[0]
         deltas[j, _S_N] = fx[1]
-        deltas[j, _O_V] = fx[2]
+        deltas[j, _O_V] = _fixed(o_v, MEM_Q, NEG)
         deltas[j, _O_Y] = _fixed(o_y, MEM_Q, NEG)
         deltas[j, _D_Y] = _fixed(y, MEM_Q, NEG)
-        deltas[j, _D_V] = fx[3]
-        deltas[j, _NEW_PM] = fx[4]
+        deltas[j, _D_V] = fx[2]
+        deltas[j, _NEW_PM] = fx[3]
         deltas[j, _O_M1] = _fixed(o_m1, MEM_Q, NEG)
         deltas[j, _O_M2] = _fixed(o_m2, MEM_Q, NEG)
-        deltas[j, _G_A] = fx[5]
-        deltas[j, _P_A] = fx[6]
+        deltas[j, _G_A] = fx[4]
+        deltas[j, _P_A] = fx[5]
     return deltas, left, left_begin, left_end

@@ -169,7 +169,7 @@ class Engine:
         if r >= 0:
             return int(a.new_keys[r, e]), tuple(a.deltas[r, e].tolist())
         inner, r = self._recipe_of(a, g, key_id)     # one stage, not the row: path() meets keys no run makes
-        self.stage_sims += int(r.plan[e] != NO_STAGE)
+        self.stage_sims += int(r.part[e] != NO_STAGE)
         return run_one(self.store, key_id, inner, r, e)
 
     def _recipe_of(self, a: TableArena, g: int, key_id: int) -> tuple[int, RowRecipe]:
@@ -222,7 +222,7 @@ class Engine:
             stages.append(st)
             wraps.append(wrap)
             choices.append(choice)
-        return RowRecipe(pend, stages, np.array(wraps, dtype=np.int64), np.array(choices, dtype=np.int64),
+        return RowRecipe(self.store.pend_number(pend), stages, np.array(wraps, dtype=np.int64), np.array(choices, dtype=np.int64),
                          pb.s, self.pm_sum)
 
     def slot_class(self, g: int) -> tuple:

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from osdp_sim.arrays import grown
 from osdp_sim.planner.labels import T, peaks
 from osdp_sim.planner.merged import MergedView
-from osdp_sim.planner.tables import grown
 
 N_LAMBDA = 32
 LAMBDA_WIDEN = 2.0       # the grid spans the breakpoints' range widened this much each way

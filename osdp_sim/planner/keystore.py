@@ -1,11 +1,11 @@
-"""Keys and stage plans shared by the engines of one search.
+"""Keys and stage parts shared by the engines of one search.
 
 A key (dp.py) is a value: a plain key, the tuple (pending backward step, queued communication)
 of costmodel/fast.py, or one of the two markers of a checkpointed block below, around a plain
 key's id. Engines of configurations that differ only in the root strategy meet the same keys and
 run the same stages on them, so one store interns keys to small integer ids for all of them,
 keeps each plain key's queue as fold.py's float64 rows (what the compiled stages read) and the
-stage plans of the table rows (stagebatch.PlanArena)."""
+pending steps and stage parts of the table rows (costmodel/stagearena.StageArena)."""
 
 from dataclasses import dataclass
 
@@ -13,7 +13,8 @@ import numpy as np
 
 from osdp_sim.jit import compiled
 from osdp_sim.planner.bounds import KEY_CKMLP_DONE, KEY_COLS, KEY_DEFERRED, KEY_PLAIN, key_row
-from osdp_sim.planner.stagebatch import WRAP_CKMLP_DONE, WRAP_DEFERRED, WRAP_PLAIN, PlanArena
+from osdp_sim.costmodel.stagearena import StageArena
+from osdp_sim.planner.stagebatch import WRAP_CKMLP_DONE, WRAP_DEFERRED, WRAP_PLAIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,22 +44,16 @@ class KeyStore:
         self._done_ids: dict = {}                    # inner key id -> id of its CkMlpDone
         self._deferred_ids: dict = {}                # (inner key id, choice) -> id of its DeferredMlp
         self._plain_ids: dict = {}                   # (pending step number, queue rows' bytes) -> id
-        self._pend_nos: dict = {}                    # Pending (by value) or None -> its number
-        self._pends: list = []                       # number -> Pending
         self._queues: list = []                      # id -> queue rows (plain keys; None for markers)
         self._key_pend: list = []                    # id -> pending step number (plain keys; -1 for markers)
         self._rows = np.zeros((64, KEY_COLS))          # id -> key_row (bounds.py)
         self._steps_ids: dict = {}
         self.arenas: dict = {}                       # Engine.slot_class -> TableArena (tables.py)
-        self.plans = PlanArena()                     # the stage plans of the arenas' row recipes
+        self.stages = StageArena()                   # the pending steps (numbered) and stage parts of the row recipes
 
     def pend_number(self, pend) -> int:
         """The number of a pending step (fast.Pending or None), the same for equal ones."""
-        n = self._pend_nos.get(pend)
-        if n is None:
-            n = self._pend_nos[pend] = len(self._pends)
-            self._pends.append(pend)
-        return n
+        return self.stages.pend_number(pend)
 
     def pend_number_of(self, key_id: int) -> int:
         """The pending step number of a plain key."""
@@ -202,7 +197,7 @@ class KeyStore:
 
     def _add_plain(self, k: tuple, rows: np.ndarray) -> int:
         from osdp_sim.costmodel.fold import queue_tuple
-        key = (self._pends[k[0]], queue_tuple(rows))
+        key = (self.stages.pends[k[0]], queue_tuple(rows))
         i = self._add(key, rows, k[0], key_row(KEY_PLAIN, *key))
         self._plain_ids[k] = i
         return i

@@ -22,10 +22,11 @@ import math
 
 import numpy as np
 
+from osdp_sim.arrays import grown
 from osdp_sim.costmodel.fast import NEG, TIME_Q
 from osdp_sim.planner.keystore import CkMlpDone, DeferredMlp
 from osdp_sim.planner.labels import D_Y, G_A, NEW_PM, O_M1, O_M2, O_V, O_Y, P_A, Table, unique_inverse
-from osdp_sim.planner.tables import TableArena, grown
+from osdp_sim.planner.tables import TableArena
 
 # the rounding grid, as a fraction of the mean time per decision of the configuration's bound
 GRID_FRACTION = 0.01

@@ -10,16 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from osdp_sim.arrays import grown
 from osdp_sim.planner.labels import NDELTA, Table
-
-
-def grown(a: np.ndarray, n: int, fill) -> np.ndarray:
-    """a with at least n rows (doubling), new rows set to fill."""
-    if n <= len(a):
-        return a
-    out = np.full((max(n, 2 * len(a)),) + a.shape[1:], fill, dtype=a.dtype)
-    out[:len(a)] = a
-    return out
 
 
 @dataclass
