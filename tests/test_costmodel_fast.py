@@ -226,3 +226,15 @@ def test_random_plans_with_selective_blocks_match_estimate(kind, seed):
         e, f = estimate(spec, hw, plan), fast_estimate(spec, hw, plan)
         assert f.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
         assert f.peak_memory_bytes == pytest.approx(e.peak_memory_bytes, rel=1e-9)
+
+
+def test_the_compiled_overlap_segment_is_fast_seg():
+    """fold.run_stages compiles fast.seg in (fold._seg); numba's cache of fold.py does not see a
+    change to fast.py, so a stale cache would show here."""
+    from osdp_sim.costmodel import fold
+    rng = random.Random(7)
+    cases = [(0.0, 2.0, 1.5), (2.0, 0.0, 1.5), (1.0, 1.0, 1.0)] + \
+        [(rng.uniform(0, 3), rng.uniform(0, 3), rng.uniform(1, 3)) for _ in range(50)]
+    for c, a, s in cases:
+        assert fold._seg(c, a, s) == seg(c, a, s)
+    assert seg(1.0, 3.0, 2.0) == 4.0              # 2 * 1 overlapped + 2 alone

@@ -22,8 +22,9 @@ simulation does not need but a search can use:
   value is a constant of the steps processed so far plus the (Res + kept) bytes of the steps not
   yet processed, the same for every event; so a partial plan is summarised by a few numbers.
 
-The search (osdp_sim/planner/dp.py) processes plans group by group with `stage`, a pure function
-of (key, the group's steps) whose results are integers in fixed point (TIME_Q seconds,
+The search (osdp_sim/planner/dp.py) processes plans group by group with stages (`stage_part` of
+the group's steps, run from a key by fold.run_stages), pure functions of (key, steps) whose
+results are integers in fixed point (TIME_Q seconds,
 MEM_Q bytes), so sums do not depend on the order of addition. `fast_estimate` is the same
 computation on one plan; tests/test_costmodel_fast.py checks it against estimate() to 1e-9.
 

@@ -9,7 +9,8 @@ Layouts (float64 rows, so a stage crosses into compiled code once):
   tasks_i (t, 3): its new items items[begin:end], the barrier (index into them, -1: none)
 A stage's tasks come in two parts, each with its own items: the head (the pending step's task,
 which depends on the key's pending step) and the tail (the stage's own steps' tasks, shared by
-every pending step), so a stage plan never copies its tail.
+every pending step); run_stages joins them per job (_join), so nothing is laid out per (pending
+step, steps) pair.
 """
 
 import numpy as np
@@ -290,6 +291,8 @@ PART_FIXED = ("opt", "s_n", "d_v", "pm", "g_a", "p_a")
 STAGE_DELTAS = ("dt", "opt", "s_n", "o_v", "o_y", "d_y", "d_v", "pm", "o_m1", "o_m2", "g_a", "p_a")
 _DT, _OPT, _S_N, _O_V, _O_Y, _D_Y, _D_V, _NEW_PM, _O_M1, _O_M2, _G_A, _P_A = range(12)
 
+# fast.seg itself, compiled into run_stages: numba's cache does not see a change to fast.py
+# (tests/test_costmodel_fast.py checks the compiled one against it)
 _seg = compiled(seg, inline=True)
 
 
