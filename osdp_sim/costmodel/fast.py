@@ -554,7 +554,8 @@ def _steps_part(steps: tuple, kind: str, s: float, ck: float) -> StagePart:
                      pm_max=qm(max(pms, default=0.0)), g_a=qm(g_a), p_a=qm(p_a))
 
 
-_PARTS: dict = {}                 # (ids of steps, kind, s, ck) -> (steps, StagePart): the steps held, so their ids stay theirs
+_PARTS: dict = {}                 # (ids of steps, kind, s, ck) -> (steps, StagePart): the steps held, so their
+                                  # ids stay theirs
 _MAX_PARTS = 200_000
 
 

@@ -92,8 +92,8 @@ class StageArena:
         i[PT_EXTRA_BEGIN], i[PT_EXTRA_END] = self._append_items(part.first_extra)
         i[PT_EXTRA_FIRST], i[PT_BARRIER], i[PT_SPLIT] = part.extra_first, part.first_barrier, part.split
         i[PT_NEW_PEND] = self.pend_number(part.new_pend)
-        self.part_fixed[p] = [part.pm if pm_sum and name == "pm" else getattr(part, "pm_max" if name == "pm" else name)
-                              for name in PART_FIXED]
+        fixed = part._replace(pm=part.pm if pm_sum else part.pm_max)
+        self.part_fixed[p] = [getattr(fixed, name) for name in PART_FIXED]
         self._parts[(id(part), pm_sum)] = (part, p)
         self.n_parts = p + 1
         return p

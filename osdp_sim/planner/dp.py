@@ -222,8 +222,8 @@ class Engine:
             stages.append(st)
             wraps.append(wrap)
             choices.append(choice)
-        return RowRecipe(self.store.pend_number(pend), stages, np.array(wraps, dtype=np.int64), np.array(choices, dtype=np.int64),
-                         pb.s, self.pm_sum)
+        return RowRecipe(self.store.pend_number(pend), stages, np.array(wraps, dtype=np.int64),
+                         np.array(choices, dtype=np.int64), pb.s, self.pm_sum)
 
     def slot_class(self, g: int) -> tuple:
         """What slot g's tables depend on besides the key (its decision kind, the steps of its

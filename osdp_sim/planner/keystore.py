@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from osdp_sim.costmodel.stagearena import StageArena
 from osdp_sim.jit import compiled
 from osdp_sim.planner.bounds import KEY_CKMLP_DONE, KEY_COLS, KEY_DEFERRED, KEY_PLAIN, key_row
-from osdp_sim.costmodel.stagearena import StageArena
 from osdp_sim.planner.stagebatch import WRAP_CKMLP_DONE, WRAP_DEFERRED, WRAP_PLAIN
 
 
