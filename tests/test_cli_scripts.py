@@ -40,6 +40,8 @@ CASES = [
     ("bench/keygraph_passes.py", ["--model", "nosuch"], "unknown model 'nosuch'"),
     ("bench/keygraph_passes.py", ["--base", "nosuch-commit"], "--base: 'nosuch-commit' is not a commit"),
     ("bench/search_ab.py", ["--base", "nosuch-commit"], "--base: 'nosuch-commit' is not a commit"),
+    ("bench/fast_estimate_plans.py", ["--rounds", "0"], "expected a positive whole number"),
+    ("bench/fast_estimate_plans.py", ["--base", "nosuch-commit"], "--base: 'nosuch-commit' is not a commit"),
     ("bench/search_ab.py", ["--base", "HEAD", "--rounds", "0"], "expected a positive whole number"),
     ("bench/cold_start.py", ["--commit", "nosuch-commit"], "--commit: 'nosuch-commit' is not a commit"),
     ("bench/search_phases.py", ["--mem-limit-gib", "0"], "expected a positive, finite number"),
