@@ -24,8 +24,8 @@ simulation does not need but a search can use:
 
 The search (osdp_sim/planner/dp.py) processes plans group by group with stages (`stage_part` of
 the group's steps, run from a key by fold.run_stages), pure functions of (key, steps) whose
-results are integers in fixed point (TIME_Q seconds,
-MEM_Q bytes), so sums do not depend on the order of addition. `fast_estimate` is the same
+results are integers in fixed point (TIME_Q seconds, MEM_Q bytes), so sums do not depend on the
+order of addition. `fast_estimate` is the same
 computation on one plan; tests/test_costmodel_fast.py checks it against estimate() to 1e-9.
 
 Scope: reduce_every_microbatch=True plans (the search space); anything else raises ValueError.
