@@ -342,6 +342,76 @@ def test_table_times_are_made_non_decreasing_in_message_size():
     assert monotone_seconds([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
 
 
+def test_a_collapse_that_survives_measuring_again_is_cut_from_the_table():
+    from osdp_sim.profiler.assemble import kept_rows
+    assert kept_rows([1.0, 2.0, 0.19, 3.0]) == 2 and kept_rows([1.0, 0.5, 0.06]) == 3
+    m = _measurements()
+    # all_reduce at 64 MiB took 50x its time: 0.02x the bus bandwidth at 1 MiB, below the 0.1x limit
+    coll = tuple(CollectivePoint(p.op, p.group_size, p.scope, p.size_bytes, p.seconds * 50, p.spread)
+                 if (p.op, p.size_bytes) == ("all_reduce", 64 << 20) else p for p in m.collectives)
+    hw = _build(Measurements(**{**m.__dict__, "collectives": coll}))
+    tables = {t.op: t for t in hw.collectives.tables}
+    assert tables["all_reduce"].sizes_bytes == (4096, 1 << 20)
+    assert tables["all_gather"].sizes_bytes == (4096, 1 << 20, 64 << 20)
+    assert hw.provenance["collectives"]["dropped_sizes_per_table"] == {"all_reduce/2/intra": [64 << 20]}
+    assert profile_from_dict(profile_to_dict(hw), "<built>").collectives.tables == hw.collectives.tables
+    assert "dropped_sizes_per_table" not in _build(_measurements()).provenance["collectives"]
+
+
+_SWEEP_RANK = """
+import json, os, sys
+import torch, torch.distributed as dist
+from osdp_sim.profiler import collectives
+from osdp_sim.profiler.device import Device
+from osdp_sim.profiler.timing import Progress, Repeats
+dist.init_process_group("gloo")
+rank, real, calls = dist.get_rank(), collectives.time_calls, []
+def burst(fn, sync, repeats, agree):
+    t = real(fn, sync, repeats, agree)
+    calls.append(1)
+    # rank 0 alone sees a burst on its first measurement of all_reduce at 64 KiB: 100x slower
+    if rank == 0 and len(calls) == 2 * 3 + 2:
+        return t.__class__(t.median_s * 100, t.spread, t.samples, t.calls_per_sample)
+    return t
+collectives.time_calls = burst
+pts = collectives.sweep(Device("cpu", torch.device("cpu")), None, 2, "intra", [4096, 16384, 65536],
+                        Repeats(warmup=1, samples=3, min_sample_s=1e-4), Progress(False))
+print(json.dumps({"calls": len(calls), "points": [[p.op, p.size_bytes, p.seconds] for p in pts]}))
+dist.destroy_process_group()
+"""
+
+
+def test_a_collapsed_size_is_measured_again_by_every_member_of_the_group(tmp_path):
+    """Two gloo ranks; rank 0 alone measures a burst. Both measure the size again (they agree on
+    the retry, or the group's collectives would hang), and rank 0 keeps the faster median."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    root = Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen([sys.executable, "-c", _SWEEP_RANK], cwd=root, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=dict(os.environ, PYTHONPATH=str(root), RANK=str(r), WORLD_SIZE="2",
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+             for r in (0, 1)]
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert all(p.returncode == 0 for p in procs), outs[0][1][-2000:] + outs[1][-1][-2000:]
+    got = [json.loads(out) for out, _ in outs]
+    assert [g["calls"] for g in got] == [3 * 3 + 1] * 2        # one more measurement, on both ranks
+    by_size = {(op, size): t for op, size, t in got[0]["points"]}
+    assert len(got[0]["points"]) == len(got[1]["points"]) == 9
+    # the retry's median is kept: no longer 100x the size below's time
+    assert by_size["all_reduce", 65536] < 20 * by_size["all_reduce", 16384]
+
+
 def test_the_groups_measured_on_several_nodes():
     from osdp_sim.profiler.collectives import measured_groups
     one = measured_groups(4, 4)

@@ -2,6 +2,7 @@
 
 import math
 
+from osdp_sim.hardware.load import TABLE_MIN_BUSBW_RATIO
 from osdp_sim.hardware.profile import (CollectiveSpec, CollectiveTable, ComputeSpec, DeviceSpec,
                                        HardwareProfile, HostSpec, LinkSpec, MemorySpec)
 from osdp_sim.profiler.collectives import CollectivePoint, busbw_factor, fit_alpha_beta
@@ -35,19 +36,34 @@ def monotone_seconds(seconds: list[float]) -> list[float]:
     return out
 
 
-def _tables(points: tuple[CollectivePoint, ...]) -> tuple[CollectiveTable, ...]:
+def kept_rows(busbw: list[float]) -> int:
+    """How many leading rows of a table to keep: all but those from the first size whose bus
+    bandwidth still collapses below TABLE_MIN_BUSBW_RATIO of the previous size's after the sweep
+    measured it again (the loader refuses such a table; the cost model takes a size above the
+    last row at the last row's bandwidth)."""
+    for j in range(1, len(busbw)):
+        if busbw[j] < TABLE_MIN_BUSBW_RATIO * busbw[j - 1]:
+            return j
+    return len(busbw)
+
+
+def _tables(points: tuple[CollectivePoint, ...]) -> tuple[tuple[CollectiveTable, ...], dict]:
+    """The tables, and 'op/group_size/scope' -> the message sizes dropped from each (kept_rows)."""
     keyed: dict[tuple, list[CollectivePoint]] = {}
     for p in points:
         keyed.setdefault((p.op, p.group_size, p.scope), []).append(p)
-    tables = []
+    tables, dropped = [], {}
     for (op, g, scope), ps in sorted(keyed.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         ps = sorted(ps, key=lambda p: p.size_bytes)
         seconds = monotone_seconds([p.seconds for p in ps])
-        busbw = [busbw_factor(op, g) * p.size_bytes / s for p, s in zip(ps, seconds)]
+        busbw = [sig(busbw_factor(op, g) * p.size_bytes / s) for p, s in zip(ps, seconds)]
+        keep = kept_rows(busbw)
+        if keep < len(ps):
+            dropped[f"{op}/{g}/{scope}"] = [p.size_bytes for p in ps[keep:]]
         tables.append(CollectiveTable(op=op, group_size=g, scope=scope,
-                                      sizes_bytes=tuple(p.size_bytes for p in ps),
-                                      busbw_bytes_per_s=tuple(sig(b) for b in busbw)))
-    return tuple(tables)
+                                      sizes_bytes=tuple(p.size_bytes for p in ps[:keep]),
+                                      busbw_bytes_per_s=tuple(busbw[:keep])))
+    return tuple(tables), dropped
 
 
 def _table_spreads(points: tuple[CollectivePoint, ...]) -> dict:
@@ -97,6 +113,7 @@ def build_profile(m: Measurements, *, name: str, dtypes: tuple[str, ...], nomina
     else:
         bandwidth_bytes_per_s, bandwidth_eff = sig(bw.add_bytes_per_s), 1.0
 
+    tables, dropped = _tables(m.collectives)
     intra_points = [p for p in m.collectives if p.scope == "intra"]
     inter_points = [p for p in m.collectives if p.scope == "inter"]
     intra, intra_prov = _link(intra_points)
@@ -139,7 +156,11 @@ def build_profile(m: Measurements, *, name: str, dtypes: tuple[str, ...], nomina
             "table_times": "each table's median times made non-decreasing in message size (a smaller "
                            "message is given a larger one's time where it measured slower); the raw "
                            "medians' busbw is raw_busbw_gbps_per_table",
-            "raw_busbw_gbps_per_table": _raw_busbw(m.collectives)},
+            "raw_busbw_gbps_per_table": _raw_busbw(m.collectives),
+            **({"dropped_sizes_per_table": dropped,
+                "dropped_why": f"bus bandwidth still below {TABLE_MIN_BUSBW_RATIO:g}x the previous "
+                               f"size's after measuring again: a burst of other work on the host"}
+               if dropped else {})},
         "overlap": {"gemm": f"{ov.gemm_calls} x {ov.gemm_dim}^3 {ov.gemm_dtype}",
                     "all_reduce_bytes": ov.message_bytes, "group_size": ov.group_size,
                     "compute_alone_ms": sig(ov.compute_alone_s * 1e3),
@@ -166,7 +187,7 @@ def build_profile(m: Measurements, *, name: str, dtypes: tuple[str, ...], nomina
                             # on a CPU the measured per-op cost is the host's (below)
                             kernel_launch_s=sig(m.kernel_launch.seconds) if m.kind == "cuda" else 0.0),
         collectives=CollectiveSpec(intra=intra, inter=inter, launch_s=0.0,
-                                   tables=_tables(m.collectives)),
+                                   tables=tables),
         overlap_slowdown=sig(ov.slowdown, 3),
         memory=MemorySpec(context_bytes=0, fragmentation=DEFAULT_FRAGMENTATION.get(m.kind, 0.05)),
         # the 1-element op's time is the host's dispatch of one op; per-collective and DTensor-op costs
