@@ -36,15 +36,17 @@ def monotone_seconds(seconds: list[float]) -> list[float]:
     return out
 
 
-def kept_rows(busbw: list[float]) -> int:
-    """How many leading rows of a table to keep: all but those from the first size whose bus
-    bandwidth still collapses below TABLE_MIN_BUSBW_RATIO of the previous size's after the sweep
-    measured it again (the loader refuses such a table; the cost model takes a size above the
-    last row at the last row's bandwidth)."""
+def kept_rows(busbw: list[float]) -> list[int]:
+    """The indices of the rows of a table to keep: every row but those whose bus bandwidth still
+    collapses below TABLE_MIN_BUSBW_RATIO of the last kept row's after the sweep measured it again
+    (the loader refuses such a table). A lone glitch drops only its own size (the cost model
+    interpolates over it); a real cliff drops every size above it. The kept times stay
+    non-decreasing: monotone_seconds ran first."""
+    kept = [0] if busbw else []
     for j in range(1, len(busbw)):
-        if busbw[j] < TABLE_MIN_BUSBW_RATIO * busbw[j - 1]:
-            return j
-    return len(busbw)
+        if busbw[j] >= TABLE_MIN_BUSBW_RATIO * busbw[kept[-1]]:
+            kept.append(j)
+    return kept
 
 
 def _tables(points: tuple[CollectivePoint, ...]) -> tuple[tuple[CollectiveTable, ...], dict]:
@@ -58,11 +60,11 @@ def _tables(points: tuple[CollectivePoint, ...]) -> tuple[tuple[CollectiveTable,
         seconds = monotone_seconds([p.seconds for p in ps])
         busbw = [sig(busbw_factor(op, g) * p.size_bytes / s) for p, s in zip(ps, seconds)]
         keep = kept_rows(busbw)
-        if keep < len(ps):
-            dropped[f"{op}/{g}/{scope}"] = [p.size_bytes for p in ps[keep:]]
+        if len(keep) < len(ps):
+            dropped[f"{op}/{g}/{scope}"] = [p.size_bytes for j, p in enumerate(ps) if j not in keep]
         tables.append(CollectiveTable(op=op, group_size=g, scope=scope,
-                                      sizes_bytes=tuple(p.size_bytes for p in ps[:keep]),
-                                      busbw_bytes_per_s=tuple(busbw[:keep])))
+                                      sizes_bytes=tuple(ps[j].size_bytes for j in keep),
+                                      busbw_bytes_per_s=tuple(busbw[j] for j in keep)))
     return tuple(tables), dropped
 
 

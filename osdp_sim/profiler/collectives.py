@@ -14,7 +14,7 @@ from osdp_sim.profiler.timing import Progress, Repeats, time_calls
 OPS = ("all_gather", "reduce_scatter", "all_reduce")
 ELEMENT_BYTES = 4            # fp32 buffers: what FSDP's reduce dtype is; all_gather does not care
 # A size whose bus bandwidth falls below this fraction of the previous size's is measured again
-# (a burst of other work on a shared host; the loader refuses a table below 0.1x, see
+# (a burst of other work on a shared host; the loader refuses a table that collapses below
 # hardware/load.py TABLE_MIN_BUSBW_RATIO), at most this many more times.
 REMEASURE_BUSBW_RATIO = 0.3
 REMEASURES = 2
