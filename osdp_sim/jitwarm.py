@@ -41,6 +41,10 @@ ENTRY_POINTS = {
     "osdp_sim.planner.labelbounds.label_bounds":
         "(int64[:, ::1], int64[::1], float64[:, ::1], float64[::1], float64[::1], float64, boolean, float64, "
         "float64, float64[:, ::1], int64[::1], float64[::1], float64[::1], boolean, float64)",
+    "osdp_sim.planner.bounds._key_terms_loop":
+        "(float64[:, ::1], float64, int64[::1], float64[::1], float64[::1], float64[::1], float64[::1], "
+        "float64[:, ::1], int64, float64, float64, float64[:, ::1], float64[:, ::1], float64[:, ::1], float64[::1], "
+        "boolean[::1])",
     "osdp_sim.planner.bounds._hull_slopes_sorted": "(float64[::1], float64[::1], int64[::1])",
 }
 

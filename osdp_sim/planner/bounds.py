@@ -242,8 +242,25 @@ class Bounds:
         # fixed-point rounding: each stage's sums are rounded to whole units
         self.t_margin = 4.0 * (n + 2) * (m + 1) + 16.0
         self.m_margin = 8.0 * (n + 2) + 16.0
+        self._slot_arrays()
 
     # ---- key-dependent parts ------------------------------------------------------------------
+    def _slot_arrays(self) -> None:
+        """The slot tables as arrays for _key_terms_loop: per slot, its kind (SLOT_*) and the rows
+        TAB_* (inf where a slot has none)."""
+        n, J = len(self.positions), len(self.j_lam)
+        self.slot_kind = np.full(n, SLOT_OTHER, dtype=np.int64)
+        self.slot_tab = np.full((n, len(TAB_NAMES), J), np.inf)
+        for g in range(n):
+            tab = self.tab[g]
+            for r, name in enumerate(TAB_NAMES):
+                if name in tab:
+                    self.slot_tab[g, r] = tab[name]
+            if self.positions[g][0] == "mlp":
+                self.slot_kind[g] = SLOT_MLP
+            elif "u" in tab:
+                self.slot_kind[g] = SLOT_UNDECIDED_ATTN
+
     def key_terms(self, g: int, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For labels at slot g (waiting for decision positions[g]) whose keys are summarised by
         the rows R (key_row): ((N, J) time units of everything undecided, before subtracting
@@ -251,36 +268,61 @@ class Bounds:
         n = len(R)
         if g >= len(self.positions):
             return np.zeros((n, len(self.j_lam))), np.zeros(n)
-        m, mu = self.pb.m, self.j_mu
+        kind, bi = self.positions[g]
+        terms = self.terms[self.pb.blocks[bi].mlp_shape] if kind != "embed" else self.terms[0]
         wf_c, wf_a, wb_c, wb_a = self.w
-        kind, b, items, qwork, agf, head, c = (R[:, i] for i in range(KEY_COLS))
-        kc = (m * (wb_c[None, :] * b[:, None] + wb_a[None, :] * (items + qwork)[:, None]
-                   + wf_a[None, :] * agf[:, None]) / TIME_Q)[:, mu]
-        expo_p = ((m * (1 - wb_a))[None, :] * items[:, None] / TIME_Q)[:, mu]   # pending reduction exposed
-        tab = self.tab[g]
-        T = np.empty_like(kc)
-        M = np.empty(n)
-        plain, ck_attn, deferred = kind == KEY_PLAIN, kind == KEY_CKMLP_DONE, kind == KEY_DEFERRED
-        if plain.any():
-            if self.positions[g][0] == "mlp":
-                T[plain] = kc[plain] + np.minimum(tab["A"], tab["B"] + expo_p[plain])
-            else:
-                T[plain] = kc[plain] + (tab["u"] if "u" in tab else tab["A"])
-            M[plain] = self.mem[g]
-        if ck_attn.any():             # the MLP of this checkpointed block re-gathers: sigma = 1
-            T[ck_attn] = kc[ck_attn] + tab["dz"]
-            M[ck_attn] = self.memd[g]
-        if deferred.any():            # the checkpointed MLP choice c, recorded in the key
-            terms = self.terms[self.pb.blocks[self.positions[g][1]].mlp_shape]
-            d = np.flatnonzero(deferred)
-            cd = c[d].astype(int)
-            own = terms.ck[:, cd].T[:, mu] + self.j_lam[None, :] * terms.s_ck[cd][:, None]
-            up = (np.where(head[d][:, None] > 0, terms.ckh[:, cd].T, terms.cke[:, cd].T) - terms.ck[:, cd].T)[:, mu]
-            z = terms.z3[cd]
-            T[d] = np.where(z[:, None], kc[d] + own + up + expo_p[d] + tab["dz"],
-                            kc[d] + own + np.minimum(tab["dn_z"] + up + expo_p[d], tab["dn_n"]))
-            M[d] = self.memd[g] + terms.s_ck[cd]
-        return T, M
+        return _key_terms_loop(np.ascontiguousarray(R, dtype=np.float64), float(self.pb.m), self.j_mu, self.j_lam,
+                               wf_a, wb_c, wb_a, self.slot_tab[g], int(self.slot_kind[g]), float(self.mem[g]),
+                               float(self.memd[g]), terms.ck, terms.ckh, terms.cke, terms.s_ck, terms.z3)
+
+
+# Bounds.slot_tab's rows: "A" / "B" (mlp and embed slots: the least value below, given the flag of
+# the block below), "u" (an attention slot whose block is not checkpointed), "dz" / "dn_z" / "dn_n"
+# (an attention slot whose MLP was checkpointed: re-gathering, and the deferred MLP's two cases)
+TAB_NAMES = ("A", "B", "u", "dz", "dn_z", "dn_n")
+TAB_A, TAB_B, TAB_U, TAB_DZ, TAB_DN_Z, TAB_DN_N = range(len(TAB_NAMES))
+SLOT_MLP, SLOT_UNDECIDED_ATTN, SLOT_OTHER = 0, 1, 2
+
+
+@compiled
+def _key_terms_loop(R, m, mu, lam, wf_a, wb_c, wb_a, tab, slot_kind, mem, memd, ck, ckh, cke, s_ck, z3):
+    """Bounds.key_terms at one slot (tab = slot_tab[g]); the terms of a deferred MLP choice are
+    those of the slot's block (ShapeTerms ck, ckh, cke, s_ck, z3)."""
+    n, J = R.shape[0], len(mu)
+    T = np.empty((n, J))
+    M = np.empty(n)
+    for r in range(n):
+        kind = int(R[r, 0])
+        b, items, qwork, agf, head = R[r, 1], R[r, 2], R[r, 3], R[r, 4], R[r, 5]
+        cd = int(R[r, 6])
+        for j in range(J):
+            i = mu[j]
+            kc = m * (wb_c[i] * b + wb_a[i] * (items + qwork) + wf_a[i] * agf) / TIME_Q
+            if kind == KEY_PLAIN:
+                if slot_kind == SLOT_MLP:
+                    expo_p = m * (1 - wb_a[i]) * items / TIME_Q      # the pending reduction exposed
+                    T[r, j] = kc + min(tab[TAB_A, j], tab[TAB_B, j] + expo_p)
+                elif slot_kind == SLOT_UNDECIDED_ATTN:
+                    T[r, j] = kc + tab[TAB_U, j]
+                else:
+                    T[r, j] = kc + tab[TAB_A, j]
+            elif kind == KEY_CKMLP_DONE:        # the MLP of this checkpointed block re-gathers: sigma = 1
+                T[r, j] = kc + tab[TAB_DZ, j]
+            else:                                # the checkpointed MLP choice cd, recorded in the key
+                expo_p = m * (1 - wb_a[i]) * items / TIME_Q
+                own = ck[i, cd] + lam[j] * s_ck[cd]
+                up = (ckh[i, cd] if head > 0 else cke[i, cd]) - ck[i, cd]
+                if z3[cd]:
+                    T[r, j] = kc + own + up + expo_p + tab[TAB_DZ, j]
+                else:
+                    T[r, j] = kc + own + min(tab[TAB_DN_Z, j] + up + expo_p, tab[TAB_DN_N, j])
+        if kind == KEY_PLAIN:
+            M[r] = mem
+        elif kind == KEY_CKMLP_DONE:
+            M[r] = memd
+        else:
+            M[r] = memd + s_ck[cd]
+    return T, M
 
 
 KEY_COLS = 7
