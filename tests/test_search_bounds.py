@@ -206,36 +206,6 @@ def test_key_graph_time_to_go_is_the_least_time_over_all_plans():
         assert lb[0] + bnd.t_margin == pytest.approx(best, abs=2)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_engine_key_terms_cache_returns_what_the_bounds_compute(seed):
-    """Engine._key_terms keeps Bounds.key_terms per (slot, key) and answers later asks from it:
-    the keys random plans meet at each slot, asked in random overlapping batches (known, new and
-    both), come back equal to Bounds.key_terms computed afresh for the same rows."""
-    rng = random.Random(300 + seed)
-    _spec, _hw, pb, _plan = _instance(rng)
-    eng = Engine(pb)
-    nch = len(pb.choices)
-    at: dict[int, set] = {}
-    for _ in range(12):                               # keys met at each slot along random plans
-        nb = len(pb.blocks)
-        ck = [rng.choice(pb.ckpt_options) for _ in range(nb)]
-        path, _ = eng.path([rng.randrange(nch) for _ in range(nb)], [rng.randrange(nch) for _ in range(nb)], ck)
-        for g, _L, k in path:
-            at.setdefault(g, set()).add(k)
-    nprng = np.random.default_rng(seed)
-    asked = 0
-    for g, keys in sorted(at.items()):
-        keys = np.array(sorted(keys), dtype=np.int64)
-        for _ in range(4):
-            ukey = np.unique(nprng.choice(keys, size=int(nprng.integers(1, len(keys) + 1))))
-            KC, KM = eng._key_terms(g, ukey)
-            KC_ref, KM_ref = eng.bounds.key_terms(g, eng.key_rows[ukey])
-            assert np.array_equal(KC, KC_ref) and np.array_equal(KM, KM_ref)
-            asked += len(ukey)
-        assert set(eng._key_terms_at[g][0].tolist()) <= set(keys.tolist())
-    assert asked > 2 * len(at)
-
-
 def _hull_slopes_by_definition(S, T):
     """The Lagrangian grid's slopes from their definition: the undominated points (no other at
     <= S and <= T, one per distinct S), of which those not on or above a segment between two

@@ -98,7 +98,6 @@ class Engine:
         self.positions = positions_of(pb)
         self.bounds = Bounds(pb, self.positions)
         self.arenas = self.store.arenas             # slot class -> TableArena (tables.py), shared
-        self._key_terms_at: dict = {}               # slot -> (key ids ascending, their key_terms)
         self._front_sm: dict = {}                   # _front_pruned's suffix maxima of the front last seen
         self.single: dict = {}                      # (key id, slot class, code) -> path()'s stage: (new key id, deltas)
         self._sids = [[self.store.steps_id(o.steps) for o in opts] for opts in pb.shapes]
@@ -340,28 +339,9 @@ class Engine:
         return order[keep], rank[keep], n_memory, n_bound, int(len(order) - np.count_nonzero(keep))
 
     def _key_terms(self, g: int, ukey: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Bounds.key_terms of the distinct ascending key ids ukey at slot g, each (slot, key)
-        computed once: the pre-pruning and the labels of a decision ask for the same keys, and
-        every run of the engine for the same slots."""
-        known = self._key_terms_at.get(g)
-        if known is not None:
-            keys, KC, KM = known
-            pos = np.searchsorted(keys, ukey)
-            found = pos < len(keys)
-            found[found] = keys[pos[found]] == ukey[found]
-            if found.all():
-                return KC[pos], KM[pos]
-            miss = ukey[~found]
-            KCm, KMm = self.bounds.key_terms(g, self.key_rows[miss])
-            keys = np.concatenate([keys, miss])
-            order = np.argsort(keys, kind="stable")
-            keys, KC, KM = keys[order], np.concatenate([KC, KCm])[order], np.concatenate([KM, KMm])[order]
-        else:
-            keys = ukey.copy()
-            KC, KM = self.bounds.key_terms(g, self.key_rows[ukey])
-        self._key_terms_at[g] = (keys, KC, KM)
-        pos = np.searchsorted(keys, ukey)
-        return KC[pos], KM[pos]
+        """Bounds.key_terms of the key ids ukey at slot g (compiled: computing them again costs
+        less than keeping them per slot and looking them up)."""
+        return self.bounds.key_terms(g, self.key_rows[ukey])
 
     # ---- the search --------------------------------------------------------------------------
     def run(self, *, thr_q: float = float("inf"), pq_max: float = float("inf"), top_k: int = 1,
