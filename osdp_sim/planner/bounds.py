@@ -256,10 +256,7 @@ class Bounds:
             for r, name in enumerate(TAB_NAMES):
                 if name in tab:
                     self.slot_tab[g, r] = tab[name]
-            if self.positions[g][0] == "mlp":
-                self.slot_kind[g] = SLOT_MLP
-            elif "u" in tab:
-                self.slot_kind[g] = SLOT_UNDECIDED_ATTN
+            self.slot_kind[g] = {"mlp": SLOT_MLP, "attn": SLOT_ATTN}.get(self.positions[g][0], SLOT_OTHER)
 
     def key_terms(self, g: int, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For labels at slot g (waiting for decision positions[g]) whose keys are summarised by
@@ -269,6 +266,7 @@ class Bounds:
         if g >= len(self.positions):
             return np.zeros((n, len(self.j_lam))), np.zeros(n)
         kind, bi = self.positions[g]
+        # a deferred MLP choice is read at its block's attention slot; no such key reaches the embedding
         terms = self.terms[self.pb.blocks[bi].mlp_shape] if kind != "embed" else self.terms[0]
         wf_c, wf_a, wb_c, wb_a = self.w
         return _key_terms_loop(np.ascontiguousarray(R, dtype=np.float64), float(self.pb.m), self.j_mu, self.j_lam,
@@ -276,12 +274,12 @@ class Bounds:
                                float(self.memd[g]), terms.ck, terms.ckh, terms.cke, terms.s_ck, terms.z3)
 
 
-# Bounds.slot_tab's rows: "A" / "B" (mlp and embed slots: the least value below, given the flag of
-# the block below), "u" (an attention slot whose block is not checkpointed), "dz" / "dn_z" / "dn_n"
-# (an attention slot whose MLP was checkpointed: re-gathering, and the deferred MLP's two cases)
+# Bounds.slot_tab's rows (Bounds.tab's names): "A" / "B" (mlp and embedding slots: the least value
+# below, given the flag of the block below); at an attention slot "u" (its block not checkpointed),
+# "dz" (checkpointed, its MLP re-gathers), "dn_z" / "dn_n" (the deferred MLP choice's two cases)
 TAB_NAMES = ("A", "B", "u", "dz", "dn_z", "dn_n")
 TAB_A, TAB_B, TAB_U, TAB_DZ, TAB_DN_Z, TAB_DN_N = range(len(TAB_NAMES))
-SLOT_MLP, SLOT_UNDECIDED_ATTN, SLOT_OTHER = 0, 1, 2
+SLOT_MLP, SLOT_ATTN, SLOT_OTHER = 0, 1, 2      # Bounds.slot_kind: mlp, attention, the embedding
 
 
 @compiled
@@ -302,7 +300,7 @@ def _key_terms_loop(R, m, mu, lam, wf_a, wb_c, wb_a, tab, slot_kind, mem, memd, 
                 if slot_kind == SLOT_MLP:
                     expo_p = m * (1 - wb_a[i]) * items / TIME_Q      # the pending reduction exposed
                     T[r, j] = kc + min(tab[TAB_A, j], tab[TAB_B, j] + expo_p)
-                elif slot_kind == SLOT_UNDECIDED_ATTN:
+                elif slot_kind == SLOT_ATTN:
                     T[r, j] = kc + tab[TAB_U, j]
                 else:
                     T[r, j] = kc + tab[TAB_A, j]
